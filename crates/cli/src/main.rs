@@ -1,0 +1,71 @@
+//! The `ember` command.
+//!
+//! * `ember sim` — run TCP connections through the deterministic network simulator
+//!   (impaired in-memory links, virtual time) and check every byte.
+//! * `ember ndd` — list the tunables with their defaults, ranges and meanings, or check
+//!   a setting.
+
+mod sim;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "ember",
+    version,
+    about = "ember: a user-space TCP/IP stack on the FireEngine architecture"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run TCP connections through the deterministic network simulator.
+    Sim(sim::SimArgs),
+    /// List tunables (ndd-style), or validate NAME=VALUE settings.
+    Ndd {
+        /// Show only this tunable, or check NAME=VALUE.
+        names: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Sim(a) => sim::main(a),
+        Cmd::Ndd { names } => ndd(&names),
+    }
+}
+
+fn ndd(names: &[String]) -> ExitCode {
+    let mut p = ember_core::Params::default();
+    for n in names {
+        if let Some((k, v)) = n.split_once('=') {
+            if let Err(e) = p.set(k, v) {
+                eprintln!("ember ndd: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let only: Vec<&str> = names
+        .iter()
+        .map(|n| n.split('=').next().unwrap_or(""))
+        .collect();
+    for i in p.describe() {
+        if !only.is_empty() && !only.contains(&i.name) {
+            continue;
+        }
+        println!(
+            "{:<30} {:>12} (default {}, {} {}) {}",
+            i.name, i.value, i.default, i.range, i.unit, i.description
+        );
+    }
+    if !only.is_empty() && !only.iter().all(|n| ember_core::Params::NAMES.contains(n)) {
+        eprintln!("ember ndd: unknown tunable");
+        return ExitCode::from(2);
+    }
+    ExitCode::SUCCESS
+}

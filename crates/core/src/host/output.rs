@@ -1,0 +1,426 @@
+//! Transmit path: route lookup, fragmentation when DF is clear (RFC 791 §3.2), ARP
+//! resolution with a bounded pending queue (RFC 826), Ethernet framing, and the ICMP,
+//! ARP, UDP and ping senders.
+//!
+//! Packets are built directly in a frame buffer with 14 bytes of headroom for the
+//! Ethernet header, so a packet is written once and only its link header is filled in
+//! after ARP answers.
+
+use super::{Frame, Host, Pending, UdpId, MAX_LOOPBACK_QUEUE, MAX_TX_QUEUE};
+use crate::icmp;
+use crate::ip::arp::Resolve;
+use crate::ip::fragment::fragment_plan;
+use crate::ip::route::IfaceId;
+use crate::time::Instant;
+use crate::udp::{UdpEndpoint, DEFAULT_RCVBUF, MAX_PAYLOAD};
+use crate::wire::{
+    ethertype, icmp_type, ip_proto, ArpOp, ArpRepr, EthernetRepr, Icmpv4Repr, Ipv4Repr, MacAddr,
+    UdpRepr, ARP_LEN, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, UDP_HEADER_LEN,
+};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// Ethernet header room at the front of every packet buffer.
+pub(crate) const HEADROOM: usize = ETHERNET_HEADER_LEN;
+
+impl Host {
+    /// A zeroed frame buffer for an IP packet of `ip_len` bytes.
+    pub(crate) fn frame_buffer(ip_len: usize) -> Vec<u8> {
+        vec![0u8; HEADROOM + ip_len]
+    }
+
+    /// Routes and sends a frame whose IP packet (after the headroom) is complete.
+    /// Fragments it if it exceeds the route MTU and DF is clear.
+    pub(crate) fn ip_output(&mut self, now: Instant, mut frame: Vec<u8>) -> io::Result<()> {
+        self.stats.ip.out_requests += 1;
+        let Ok((ip, _)) = Ipv4Repr::parse(&frame[HEADROOM..], false) else {
+            self.stats.ip.out_discards += 1;
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        if self.is_local_addr(ip.dst) {
+            if self.lo.len() >= MAX_LOOPBACK_QUEUE {
+                self.stats.ip.out_discards += 1;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            frame.drain(..HEADROOM);
+            self.lo.push_back(frame);
+            return Ok(());
+        }
+        let Some(route) = self.routes.lookup(ip.dst).copied() else {
+            self.stats.ip.out_no_routes += 1;
+            return Err(io::ErrorKind::NetworkUnreachable.into());
+        };
+        let iface = route.iface;
+        let Some(ifc) = self.ifaces.get(usize::from(iface.0)).copied() else {
+            self.stats.ip.out_no_routes += 1;
+            return Err(io::ErrorKind::NetworkUnreachable.into());
+        };
+        let mtu = route.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu) as usize;
+        let next_hop = route.gateway.unwrap_or(ip.dst);
+        let ip_len = frame.len() - HEADROOM;
+        if ip_len <= mtu {
+            self.resolve_and_send(now, iface, next_hop, frame);
+            return Ok(());
+        }
+        if ip.dont_frag {
+            self.stats.ip.frag_fails += 1;
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "message too long",
+            ));
+        }
+        // RFC 791 §3.2 fragmentation.
+        let payload = &frame[HEADROOM + IPV4_HEADER_LEN..];
+        let plan = match fragment_plan(
+            payload.len(),
+            IPV4_HEADER_LEN,
+            mtu,
+            ip.frag_offset,
+            ip.more_frags,
+        ) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.ip.frag_fails += 1;
+                return Err(io::ErrorKind::InvalidInput.into());
+            }
+        };
+        let mut pieces = Vec::new();
+        for piece in plan {
+            let start = (piece.offset - ip.frag_offset) as usize;
+            let end = start + piece.len as usize;
+            let mut f = Self::frame_buffer(IPV4_HEADER_LEN + piece.len as usize);
+            let hdr = Ipv4Repr {
+                frag_offset: piece.offset,
+                more_frags: piece.more_frags,
+                payload_len: piece.len,
+                ..ip
+            };
+            hdr.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+            f[HEADROOM + IPV4_HEADER_LEN..].copy_from_slice(&payload[start..end]);
+            pieces.push(f);
+        }
+        self.stats.ip.frag_oks += 1;
+        self.stats.ip.frag_creates += pieces.len() as u64;
+        for f in pieces {
+            self.resolve_and_send(now, iface, next_hop, f);
+        }
+        Ok(())
+    }
+
+    /// ARP resolution, then framing.
+    fn resolve_and_send(
+        &mut self,
+        now: Instant,
+        iface: IfaceId,
+        next_hop: Ipv4Addr,
+        frame: Vec<u8>,
+    ) {
+        let ifc = self.ifaces[usize::from(iface.0)];
+        let bcast = next_hop.is_broadcast()
+            || crate::ip::subnet_broadcast(ifc.addr, ifc.prefix_len) == Some(next_hop);
+        if bcast {
+            self.send_framed(iface, MacAddr::BROADCAST, frame);
+            return;
+        }
+        match self.arp.resolve(now, next_hop, Pending { iface, frame }) {
+            Resolve::Resolved(mac, p) => self.send_framed(p.iface, mac, p.frame),
+            Resolve::Queued { send_request } => {
+                if send_request {
+                    self.send_arp(iface, ArpOp::Request, MacAddr::BROADCAST, next_hop);
+                }
+            }
+            Resolve::Dropped(_) => self.stats.ip.out_discards += 1,
+        }
+    }
+
+    /// Fills in the Ethernet header and queues the frame for the driver.
+    pub(crate) fn send_framed(&mut self, iface: IfaceId, dst: MacAddr, mut frame: Vec<u8>) {
+        let Some(ifc) = self.ifaces.get(usize::from(iface.0)) else {
+            return;
+        };
+        let eth = EthernetRepr {
+            dst,
+            src: ifc.mac,
+            ethertype: ethertype::IPV4,
+        };
+        eth.emit(&mut frame[..ETHERNET_HEADER_LEN]);
+        self.push_tx(iface, frame);
+    }
+
+    fn push_tx(&mut self, iface: IfaceId, data: Vec<u8>) {
+        if self.tx.len() >= MAX_TX_QUEUE {
+            self.stats.ip.out_discards += 1;
+            return;
+        }
+        self.tx.push_back(Frame { iface, data });
+    }
+
+    /// An ARP request (broadcast) or reply (to `dst_mac`) about `target_ip`.
+    pub(crate) fn send_arp(
+        &mut self,
+        iface: IfaceId,
+        op: ArpOp,
+        dst_mac: MacAddr,
+        target_ip: Ipv4Addr,
+    ) {
+        let Some(ifc) = self.ifaces.get(usize::from(iface.0)).copied() else {
+            return;
+        };
+        let mut f = vec![0u8; ETHERNET_HEADER_LEN + ARP_LEN];
+        EthernetRepr {
+            dst: dst_mac,
+            src: ifc.mac,
+            ethertype: ethertype::ARP,
+        }
+        .emit(&mut f[..ETHERNET_HEADER_LEN]);
+        let target_mac = if op == ArpOp::Reply {
+            dst_mac
+        } else {
+            MacAddr::ZERO
+        };
+        ArpRepr {
+            op,
+            sender_mac: ifc.mac,
+            sender_ip: ifc.addr,
+            target_mac,
+            target_ip,
+        }
+        .emit(&mut f[ETHERNET_HEADER_LEN..]);
+        match op {
+            ArpOp::Request => self.stats.ip.arp_requests_out += 1,
+            ArpOp::Reply => self.stats.ip.arp_replies_out += 1,
+        }
+        self.push_tx(iface, f);
+    }
+
+    /// The source address to use towards `dst`.
+    pub(crate) fn source_for(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u32)> {
+        if dst.is_loopback() {
+            return Some((Ipv4Addr::LOCALHOST, 65_535));
+        }
+        if let Some(i) = self.ifaces.iter().find(|i| i.addr == dst) {
+            // Our own address: delivered internally, like Linux's `lo`.
+            return Some((i.addr, 65_535));
+        }
+        let r = self.routes.lookup(dst)?;
+        let ifc = self.ifaces.get(usize::from(r.iface.0))?;
+        let mtu = r.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu);
+        Some((ifc.addr, mtu))
+    }
+
+    /// Sends an ICMP message from `src` to `dst`.
+    pub(crate) fn send_icmp(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        msg: &Icmpv4Repr,
+    ) {
+        let len = msg.buffer_len();
+        if len > usize::from(u16::MAX) - IPV4_HEADER_LEN {
+            return;
+        }
+        let mut f = Self::frame_buffer(IPV4_HEADER_LEN + len);
+        let ip = Ipv4Repr {
+            src,
+            dst,
+            protocol: ip_proto::ICMP,
+            ttl: self.params.ip_def_ttl as u8,
+            dscp_ecn: 0,
+            ident: self.next_ident(),
+            dont_frag: false,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len: len as u16,
+        };
+        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        msg.emit(&mut f[HEADROOM + IPV4_HEADER_LEN..]);
+        self.stats.icmp.out_msgs += 1;
+        let _ = self.ip_output(now, f);
+    }
+
+    /// Sends a rate-limited ICMP error about `original` to `dst` (RFC 1122 §3.2.2; the
+    /// caller checked `icmp::error_allowed`).
+    pub(crate) fn send_icmp_error(
+        &mut self,
+        now: Instant,
+        dst: Ipv4Addr,
+        ty: u8,
+        code: u8,
+        mtu: u16,
+        original: &[u8],
+    ) {
+        if !self.icmp_bucket.allow(now) {
+            self.stats.icmp.out_rate_limited += 1;
+            return;
+        }
+        let Some((src, _)) = self.source_for(dst) else {
+            return;
+        };
+        let quote = &original[..icmp::quote_len(original.len())];
+        let msg = if ty == icmp_type::TIME_EXCEEDED {
+            self.stats.icmp.out_time_excds += 1;
+            Icmpv4Repr::TimeExceeded {
+                code,
+                original: quote,
+            }
+        } else {
+            self.stats.icmp.out_dest_unreachs += 1;
+            Icmpv4Repr::DestUnreachable {
+                code,
+                next_hop_mtu: mtu,
+                original: quote,
+            }
+        };
+        self.send_icmp(now, src, dst, &msg);
+    }
+
+    /// Sends an ICMP echo request (ping).
+    pub fn ping(
+        &mut self,
+        now: Instant,
+        dst: Ipv4Addr,
+        ident: u16,
+        seq_no: u16,
+        data: &[u8],
+    ) -> io::Result<()> {
+        if data.len() > usize::from(u16::MAX) - IPV4_HEADER_LEN - 8 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ping payload too large",
+            ));
+        }
+        let (src, _) = self
+            .source_for(dst)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NetworkUnreachable))?;
+        self.stats.icmp.out_echos += 1;
+        self.send_icmp(
+            now,
+            src,
+            dst,
+            &Icmpv4Repr::EchoRequest {
+                ident,
+                seq_no,
+                data,
+            },
+        );
+        self.run_loopback(now);
+        Ok(())
+    }
+
+    /// Binds a UDP socket (port 0 picks an ephemeral port).
+    pub fn udp_bind(&mut self, local: SocketAddrV4) -> io::Result<UdpId> {
+        if !local.ip().is_unspecified() && !self.is_local_addr(*local.ip()) {
+            return Err(io::ErrorKind::AddrNotAvailable.into());
+        }
+        let mut local = local;
+        if local.port() == 0 {
+            let lo = self.params.tcp_smallest_anon_port;
+            let hi = self.params.tcp_largest_anon_port;
+            let range = hi - lo + 1;
+            let mut found = None;
+            for i in 0..range {
+                let port = (lo + (self.next_port.wrapping_add(i)) % range) as u16;
+                let cand = SocketAddrV4::new(*local.ip(), port);
+                let wild = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+                if !self.udp_by_addr.contains_key(&cand) && !self.udp_by_addr.contains_key(&wild) {
+                    found = Some(cand);
+                    self.next_port = self.next_port.wrapping_add(i + 1);
+                    break;
+                }
+            }
+            local = found.ok_or_else(|| io::Error::from(io::ErrorKind::AddrInUse))?;
+        } else {
+            let wild = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port());
+            if self.udp_by_addr.contains_key(&local) || self.udp_by_addr.contains_key(&wild) {
+                return Err(io::ErrorKind::AddrInUse.into());
+            }
+            if local.ip().is_unspecified()
+                && self.udp_by_addr.keys().any(|a| a.port() == local.port())
+            {
+                return Err(io::ErrorKind::AddrInUse.into());
+            }
+        }
+        let id = UdpId(self.udp.insert(UdpEndpoint::new(local, DEFAULT_RCVBUF)));
+        self.udp_by_addr.insert(local, id);
+        Ok(id)
+    }
+
+    /// The local address of a UDP socket.
+    pub fn udp_local_addr(&self, id: UdpId) -> Option<SocketAddrV4> {
+        self.udp.get(id.0).map(|u| u.local)
+    }
+
+    /// Sends a datagram (fragmented if larger than the path MTU).
+    pub fn udp_send_to(
+        &mut self,
+        now: Instant,
+        id: UdpId,
+        to: SocketAddrV4,
+        data: &[u8],
+    ) -> io::Result<usize> {
+        let local = self
+            .udp
+            .get(id.0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?
+            .local;
+        if data.len() > MAX_PAYLOAD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "message too long",
+            ));
+        }
+        if to.port() == 0 {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        let src = if local.ip().is_unspecified() {
+            self.source_for(*to.ip())
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NetworkUnreachable))?
+                .0
+        } else {
+            *local.ip()
+        };
+        let udp_len = UDP_HEADER_LEN + data.len();
+        let mut f = Self::frame_buffer(IPV4_HEADER_LEN + udp_len);
+        let ip = Ipv4Repr {
+            src,
+            dst: *to.ip(),
+            protocol: ip_proto::UDP,
+            ttl: self.params.ip_def_ttl as u8,
+            dscp_ecn: 0,
+            ident: self.next_ident(),
+            dont_frag: false,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len: udp_len as u16,
+        };
+        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        let u = &mut f[HEADROOM + IPV4_HEADER_LEN..];
+        u[UDP_HEADER_LEN..].copy_from_slice(data);
+        UdpRepr {
+            src_port: local.port(),
+            dst_port: to.port(),
+        }
+        .emit(u, src, *to.ip());
+        self.ip_output(now, f)?;
+        self.stats.udp.out_datagrams += 1;
+        self.run_loopback(now);
+        Ok(data.len())
+    }
+
+    /// Receives a datagram, if one is queued.
+    pub fn udp_recv_from(&mut self, id: UdpId) -> io::Result<crate::udp::Datagram> {
+        let sock = self
+            .udp
+            .get_mut(id.0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+        sock.pop().ok_or_else(|| io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Closes a UDP socket.
+    pub fn udp_close(&mut self, id: UdpId) {
+        if let Some(s) = self.udp.remove(id.0) {
+            self.udp_by_addr.remove(&s.local);
+        }
+    }
+}

@@ -1,0 +1,665 @@
+//! TCP in the host: demultiplexing (RFC 9293 §3.10.7.1-2 for segments that find no
+//! connection), listeners with a SYN queue and an accept queue, active opens with
+//! ephemeral ports chosen per RFC 6056 §3.3.3, TIME-WAIT reuse per RFC 6191, ICMP errors
+//! validated per RFC 5927, and the application calls.
+//!
+//! A connection's `Tcb` is flushed (its segments built into frames) after every input
+//! that touched it, and its earliest deadline is kept in the host's timer set.
+
+use super::output::HEADROOM;
+use super::{ConnId, Host, ListenerId, SocketEvent};
+use crate::tcp::tcb::ConnSpec;
+use crate::tcp::{Events, SeqNum, State, Tcb, TcbInfo};
+use crate::time::Instant;
+use crate::wire::{icmp_unreach, ip_proto, Ipv4Repr, TcpFlags, TcpRepr, IPV4_HEADER_LEN};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// One connection as the host keeps it.
+#[derive(Debug)]
+pub struct Conn {
+    pub tcb: Tcb,
+    /// The listener whose queues hold this connection (passive, not yet accepted).
+    pub(crate) listener: Option<ListenerId>,
+    /// The application has given up its handle (close, abort, or never had one).
+    pub(crate) released: bool,
+    /// The deadline currently in the host's timer set.
+    pub(crate) timer: Option<Instant>,
+    pub(crate) pending: Events,
+    pub(crate) queued: bool,
+}
+
+/// A listening socket (RFC 9293 LISTEN).
+#[derive(Debug)]
+pub struct Listener {
+    pub local: SocketAddrV4,
+    pub backlog: u32,
+    /// Established connections waiting for accept().
+    pub(crate) accept_q: VecDeque<ConnId>,
+    /// Connections in SYN-RECEIVED.
+    pub(crate) syn_q: u32,
+    pub(crate) queued: bool,
+}
+
+fn seg_len(seg: &TcpRepr, payload: &[u8]) -> u32 {
+    payload.len() as u32 + u32::from(seg.flags.syn()) + u32::from(seg.flags.fin())
+}
+
+impl Host {
+    /// A TCP segment arrived (checksum verified) for one of our addresses.
+    pub(crate) fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, seg: &TcpRepr, payload: &[u8]) {
+        if seg.src_port == 0 || seg.dst_port == 0 {
+            self.stats.tcp.in_errs += 1;
+            return;
+        }
+        let local = SocketAddrV4::new(ip.dst, seg.dst_port);
+        let remote = SocketAddrV4::new(ip.src, seg.src_port);
+        if let Some(&id) = self.by_tuple.get(&(local, remote)) {
+            let reopen = self
+                .conns
+                .get(id.0)
+                .is_some_and(|c| c.tcb.time_wait_accepts_syn(seg));
+            if reopen {
+                if let Some(lid) = self.find_listener(local) {
+                    // RFC 6191: a new incarnation may take over a TIME-WAIT connection;
+                    // its ISN lies well beyond the old connection's sequence space.
+                    let old_nxt = self
+                        .conns
+                        .get(id.0)
+                        .map(|c| c.tcb.snd_nxt())
+                        .unwrap_or_default();
+                    self.remove_conn(id);
+                    self.stats.tcp.time_wait_reuse += 1;
+                    self.listen_input(
+                        now,
+                        lid,
+                        local,
+                        remote,
+                        seg,
+                        payload,
+                        Some(old_nxt + 65_537 * 2),
+                    );
+                    return;
+                }
+            }
+            if let Some(c) = self.conns.get_mut(id.0) {
+                c.tcb.on_segment(now, seg, payload);
+            }
+            self.flush_conn(now, id);
+            return;
+        }
+        match self.find_listener(local) {
+            Some(lid) => self.listen_input(now, lid, local, remote, seg, payload, None),
+            None => {
+                self.stats.tcp.in_closed += 1;
+                self.reply_rst(now, local, remote, seg, payload);
+            }
+        }
+    }
+
+    /// Exact address first, then the wildcard.
+    fn find_listener(&self, local: SocketAddrV4) -> Option<ListenerId> {
+        self.listener_by_addr
+            .get(&local)
+            .or_else(|| {
+                self.listener_by_addr
+                    .get(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()))
+            })
+            .copied()
+    }
+
+    /// RFC 9293 §3.10.7.1 (CLOSED): answer with a RST unless the segment is a RST.
+    /// As FireEngine's classifier does, segments with URG get no answer either.
+    /// RSTs are rate-limited (`tcp_rst_sent_rate`).
+    fn reply_rst(
+        &mut self,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        payload: &[u8],
+    ) {
+        if seg.flags.rst() || seg.flags.urg() {
+            return;
+        }
+        if !self.rst_bucket.allow(now) {
+            self.stats.tcp.rst_rate_limited += 1;
+            return;
+        }
+        let mut r = TcpRepr {
+            src_port: local.port(),
+            dst_port: remote.port(),
+            ..TcpRepr::default()
+        };
+        if seg.flags.ack() {
+            r.seq = seg.ack;
+            r.flags = TcpFlags::RST;
+        } else {
+            r.seq = 0;
+            r.ack = seg.seq.wrapping_add(seg_len(seg, payload));
+            r.flags = TcpFlags::RST | TcpFlags::ACK;
+        }
+        self.stats.tcp.out_rsts += 1;
+        self.stats.tcp.out_segs += 1;
+        self.send_tcp_repr(now, *local.ip(), *remote.ip(), &r, &[]);
+    }
+
+    /// Builds and sends one segment that belongs to no `Tcb`.
+    fn send_tcp_repr(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        r: &TcpRepr,
+        payload: &[u8],
+    ) {
+        let tcp_len = r.header_len() + payload.len();
+        let mut f = Self::frame_buffer(IPV4_HEADER_LEN + tcp_len);
+        let ip = Ipv4Repr {
+            src,
+            dst,
+            protocol: ip_proto::TCP,
+            ttl: self.params.ip_def_ttl as u8,
+            dscp_ecn: 0,
+            ident: self.next_ident(),
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len: tcp_len as u16,
+        };
+        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
+        t[r.header_len()..].copy_from_slice(payload);
+        r.emit(t, src, dst);
+        let _ = self.ip_output(now, f);
+    }
+
+    /// RFC 9293 §3.10.7.2 (LISTEN).
+    #[allow(clippy::too_many_arguments)]
+    fn listen_input(
+        &mut self,
+        now: Instant,
+        lid: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        payload: &[u8],
+        iss: Option<SeqNum>,
+    ) {
+        let f = seg.flags;
+        if f.rst() {
+            return;
+        }
+        if f.ack() {
+            self.reply_rst(now, local, remote, seg, payload);
+            return;
+        }
+        if !f.syn() || f.fin() {
+            // SYN+FIN is dropped, as Linux does.
+            return;
+        }
+        let Some(l) = self.listeners.get(lid.0) else {
+            return;
+        };
+        if l.accept_q.len() as u32 >= l.backlog {
+            self.stats.tcp.listen_drop += 1;
+            return;
+        }
+        if l.syn_q >= self.params.tcp_conn_req_max_q0 {
+            self.stats.tcp.listen_drop_q0 += 1;
+            return;
+        }
+        let Some((_, mtu)) = self.source_for(*remote.ip()) else {
+            return;
+        };
+        let iss = iss.unwrap_or_else(|| self.isn.isn(now, local, remote));
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss,
+            ts_offset: self.isn.ts_offset(local, remote),
+            mtu,
+        };
+        // Any text on the SYN is not taken (no TCP Fast Open); the peer retransmits it.
+        let tcb = Tcb::accept(now, spec, self.tcp_set.clone(), seg);
+        let id = ConnId(self.conns.insert(Conn {
+            tcb,
+            listener: Some(lid),
+            released: true,
+            timer: None,
+            pending: Events::default(),
+            queued: false,
+        }));
+        if let Some(l) = self.listeners.get_mut(lid.0) {
+            l.syn_q += 1;
+        }
+        self.by_tuple.insert((local, remote), id);
+        self.stats.tcp.passive_opens += 1;
+        self.flush_conn(now, id);
+    }
+
+    /// An ICMP destination unreachable quoting one of our segments (RFC 5927 §4.1: the
+    /// quoted sequence number must be in [SND.UNA, SND.NXT)).
+    pub(crate) fn tcp_icmp_error(
+        &mut self,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seq: u32,
+        code: u8,
+        mtu: u16,
+    ) {
+        let Some(&id) = self.by_tuple.get(&(local, remote)) else {
+            return;
+        };
+        let Some(c) = self.conns.get_mut(id.0) else {
+            return;
+        };
+        let s = SeqNum(seq);
+        let valid = if c.tcb.state() == State::SynSent {
+            s == c.tcb.snd_una()
+        } else {
+            s.in_range(c.tcb.snd_una(), c.tcb.snd_nxt())
+        };
+        if !valid {
+            if code == icmp_unreach::FRAG_NEEDED {
+                self.stats.icmp.pmtu_rejected += 1;
+            }
+            return;
+        }
+        if code == icmp_unreach::FRAG_NEEDED {
+            if mtu >= 68 {
+                self.stats.icmp.pmtu_updates += 1;
+                c.tcb.on_path_mtu(now, u32::from(mtu));
+            } else {
+                self.stats.icmp.pmtu_rejected += 1;
+            }
+        } else {
+            // Protocol and port unreachable are hard errors (RFC 1122 §4.2.3.9).
+            let hard = matches!(code, icmp_unreach::PROTOCOL | icmp_unreach::PORT);
+            c.tcb.on_unreachable(now, hard);
+        }
+        self.flush_conn(now, id);
+    }
+
+    /// Sends what a connection has to send, reports its events, keeps its timer, and
+    /// drops it once it is closed and nobody holds it.
+    pub(crate) fn flush_conn(&mut self, now: Instant, id: ConnId) {
+        let ttl = self.params.ip_def_ttl as u8;
+        loop {
+            let Some(c) = self.conns.get_mut(id.0) else {
+                return;
+            };
+            let local = c.tcb.local();
+            let remote = c.tcb.remote();
+            let Some(out) = c.tcb.poll_transmit(now) else {
+                break;
+            };
+            let hl = out.repr.header_len();
+            let tcp_len = hl + out.payload_len();
+            let mut f = vec![0u8; HEADROOM + IPV4_HEADER_LEN + tcp_len];
+            self.next_ident = self.next_ident.wrapping_add(1);
+            let ip = Ipv4Repr {
+                src: *local.ip(),
+                dst: *remote.ip(),
+                protocol: ip_proto::TCP,
+                ttl,
+                dscp_ecn: 0,
+                ident: self.next_ident,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                payload_len: tcp_len as u16,
+            };
+            ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+            let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
+            out.repr.emit_header(&mut t[..hl]);
+            out.copy_payload(&mut t[hl..]);
+            TcpRepr::fill_checksum(t, *local.ip(), *remote.ip());
+            let _ = self.ip_output(now, f);
+        }
+        self.after_conn_activity(id);
+    }
+
+    /// Events, accept-queue moves, timers and reaping after a connection was touched.
+    fn after_conn_activity(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id.0) else {
+            return;
+        };
+        let ev = c.tcb.take_events();
+        let closed = c.tcb.is_closed();
+        let listener = c.listener;
+        let deadline = if closed { None } else { c.tcb.poll_timeout() };
+        if c.timer != deadline {
+            if let Some(t) = c.timer {
+                self.timers.remove(&(t, id.0.idx));
+            }
+            if let Some(t) = deadline {
+                self.timers.insert((t, id.0.idx));
+            }
+            c.timer = deadline;
+        }
+        if let Some(lid) = listener {
+            // Passive connection not yet accepted.
+            if ev.contains(Events::CONNECTED) && !closed {
+                if let Some(l) = self.listeners.get_mut(lid.0) {
+                    l.syn_q = l.syn_q.saturating_sub(1);
+                    l.accept_q.push_back(id);
+                    if !l.queued {
+                        l.queued = true;
+                        self.ready.push_back(SocketEvent::Listener(lid));
+                    }
+                }
+                if let Some(c) = self.conns.get_mut(id.0) {
+                    // From now on the listener's accept queue holds it.
+                    c.pending.insert(ev);
+                }
+            } else if closed {
+                let in_accept_q = self
+                    .listeners
+                    .get(lid.0)
+                    .is_some_and(|l| l.accept_q.contains(&id));
+                if let Some(l) = self.listeners.get_mut(lid.0) {
+                    if in_accept_q {
+                        l.accept_q.retain(|&x| x != id);
+                    } else {
+                        l.syn_q = l.syn_q.saturating_sub(1);
+                    }
+                }
+                self.remove_conn(id);
+            } else if !ev.is_empty() {
+                if let Some(c) = self.conns.get_mut(id.0) {
+                    c.pending.insert(ev);
+                }
+            }
+            return;
+        }
+        let released = c.released;
+        if closed && released {
+            self.remove_conn(id);
+            return;
+        }
+        if !ev.is_empty() {
+            c.pending.insert(ev);
+            if !c.queued {
+                c.queued = true;
+                self.ready
+                    .push_back(SocketEvent::Tcp(id, Events::default()));
+            }
+        }
+    }
+
+    pub(crate) fn remove_conn(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.remove(id.0) {
+            if let Some(t) = c.timer {
+                self.timers.remove(&(t, id.0.idx));
+            }
+            if self.by_tuple.get(&(c.tcb.local(), c.tcb.remote())) == Some(&id) {
+                self.by_tuple.remove(&(c.tcb.local(), c.tcb.remote()));
+            }
+            let s = c.tcb.stats();
+            self.gone_tcb_stats.accumulate(s);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Application interface.
+    // ---------------------------------------------------------------------------------
+
+    /// listen() on `local` (address 0.0.0.0 = all; port 0 is refused). `backlog` is
+    /// clamped to `tcp_conn_req_max_q`.
+    pub fn tcp_listen(&mut self, local: SocketAddrV4, backlog: u32) -> io::Result<ListenerId> {
+        if local.port() == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "port 0"));
+        }
+        if !local.ip().is_unspecified() && !self.is_local_addr(*local.ip()) {
+            return Err(io::ErrorKind::AddrNotAvailable.into());
+        }
+        let clash = self.listener_by_addr.contains_key(&local)
+            || (local.ip().is_unspecified()
+                && self
+                    .listener_by_addr
+                    .keys()
+                    .any(|a| a.port() == local.port()))
+            || self
+                .listener_by_addr
+                .contains_key(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()));
+        if clash {
+            return Err(io::ErrorKind::AddrInUse.into());
+        }
+        let backlog = backlog.clamp(1, self.params.tcp_conn_req_max_q);
+        let id = ListenerId(self.listeners.insert(Listener {
+            local,
+            backlog,
+            accept_q: VecDeque::new(),
+            syn_q: 0,
+            queued: false,
+        }));
+        self.listener_by_addr.insert(local, id);
+        Ok(id)
+    }
+
+    /// accept(): an established connection and its peer, or `WouldBlock`.
+    pub fn tcp_accept(&mut self, lid: ListenerId) -> io::Result<(ConnId, SocketAddrV4)> {
+        let l = self
+            .listeners
+            .get_mut(lid.0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let id = l
+            .accept_q
+            .pop_front()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))?;
+        let c = self
+            .conns
+            .get_mut(id.0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionAborted))?;
+        c.listener = None;
+        c.released = false;
+        let peer = c.tcb.remote();
+        if !c.pending.is_empty() && !c.queued {
+            c.queued = true;
+            self.ready
+                .push_back(SocketEvent::Tcp(id, Events::default()));
+        }
+        Ok((id, peer))
+    }
+
+    /// Closes a listener; connections not yet accepted are reset.
+    pub fn tcp_close_listener(&mut self, now: Instant, lid: ListenerId) {
+        let Some(l) = self.listeners.remove(lid.0) else {
+            return;
+        };
+        self.listener_by_addr.remove(&l.local);
+        let orphans: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.listener == Some(lid))
+            .map(|(k, _)| ConnId(k))
+            .collect();
+        for id in orphans {
+            if let Some(c) = self.conns.get_mut(id.0) {
+                c.listener = None;
+                c.released = true;
+                c.tcb.abort(now);
+            }
+            self.flush_conn(now, id);
+        }
+    }
+
+    /// connect(): an active open to `remote`, from `local` if given (else an address
+    /// chosen by route and an ephemeral port, RFC 6056 §3.3.3).
+    pub fn tcp_connect(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        local: Option<SocketAddrV4>,
+    ) -> io::Result<ConnId> {
+        if remote.port() == 0
+            || remote.ip().is_unspecified()
+            || remote.ip().is_broadcast()
+            || remote.ip().is_multicast()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "invalid destination",
+            ));
+        }
+        let (src, mtu) = self
+            .source_for(*remote.ip())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NetworkUnreachable))?;
+        let local = match local {
+            Some(l) if l.port() != 0 => {
+                let ip = if l.ip().is_unspecified() {
+                    src
+                } else {
+                    *l.ip()
+                };
+                if !self.is_local_addr(ip) {
+                    return Err(io::ErrorKind::AddrNotAvailable.into());
+                }
+                let l = SocketAddrV4::new(ip, l.port());
+                if self.by_tuple.contains_key(&(l, remote)) {
+                    return Err(io::ErrorKind::AddrInUse.into());
+                }
+                l
+            }
+            Some(l) => self.ephemeral(
+                if l.ip().is_unspecified() {
+                    src
+                } else {
+                    *l.ip()
+                },
+                remote,
+            )?,
+            None => self.ephemeral(src, remote)?,
+        };
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss: self.isn.isn(now, local, remote),
+            ts_offset: self.isn.ts_offset(local, remote),
+            mtu,
+        };
+        let tcb = Tcb::connect(now, spec, self.tcp_set.clone());
+        let id = ConnId(self.conns.insert(Conn {
+            tcb,
+            listener: None,
+            released: false,
+            timer: None,
+            pending: Events::default(),
+            queued: false,
+        }));
+        self.by_tuple.insert((local, remote), id);
+        self.stats.tcp.active_opens += 1;
+        self.flush_conn(now, id);
+        self.run_loopback(now);
+        Ok(id)
+    }
+
+    /// RFC 6056 §3.3.3 (algorithm 3): start the search at a keyed hash of the
+    /// destination plus a counter; skip ports in use for this destination or listening.
+    fn ephemeral(&mut self, src: Ipv4Addr, remote: SocketAddrV4) -> io::Result<SocketAddrV4> {
+        let lo = self.params.tcp_smallest_anon_port;
+        let hi = self.params.tcp_largest_anon_port;
+        let range = hi - lo + 1;
+        let offset = self.isn.port_offset(src, remote);
+        for i in 0..range {
+            let port = (lo + offset.wrapping_add(self.next_port).wrapping_add(i) % range) as u16;
+            let cand = SocketAddrV4::new(src, port);
+            if self.by_tuple.contains_key(&(cand, remote)) || self.find_listener(cand).is_some() {
+                continue;
+            }
+            self.next_port = self.next_port.wrapping_add(i + 1);
+            return Ok(cand);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "no ephemeral port free",
+        ))
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> io::Result<&mut Conn> {
+        self.conns
+            .get_mut(id.0)
+            .filter(|c| !c.released)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no such connection"))
+    }
+
+    /// write(): bytes taken, or `WouldBlock` when the send buffer is full.
+    pub fn tcp_send(&mut self, now: Instant, id: ConnId, data: &[u8]) -> io::Result<usize> {
+        let r = self.conn_mut(id)?.tcb.send(now, data);
+        self.flush_conn(now, id);
+        self.run_loopback(now);
+        r.map_err(Into::into)
+    }
+
+    /// read(): `Ok(0)` at end of stream, `WouldBlock` when nothing is there yet.
+    pub fn tcp_recv(&mut self, now: Instant, id: ConnId, buf: &mut [u8]) -> io::Result<usize> {
+        let r = self.conn_mut(id)?.tcb.recv(now, buf);
+        self.flush_conn(now, id);
+        self.run_loopback(now);
+        r.map_err(Into::into)
+    }
+
+    /// Runs `f` on the connection's `Tcb` (socket options) and flushes.
+    pub fn tcp_with<R>(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        f: impl FnOnce(&mut Tcb) -> R,
+    ) -> io::Result<R> {
+        let r = f(&mut self.conn_mut(id)?.tcb);
+        self.flush_conn(now, id);
+        self.run_loopback(now);
+        Ok(r)
+    }
+
+    /// shutdown(SHUT_WR).
+    pub fn tcp_shutdown_write(&mut self, now: Instant, id: ConnId) -> io::Result<()> {
+        let r = self.conn_mut(id)?.tcb.shutdown_write(now);
+        self.flush_conn(now, id);
+        self.run_loopback(now);
+        r.map_err(Into::into)
+    }
+
+    /// close(): the handle is gone; the connection finishes on its own.
+    pub fn tcp_close(&mut self, now: Instant, id: ConnId) {
+        if let Ok(c) = self.conn_mut(id) {
+            c.released = true;
+            c.tcb.close(now);
+            self.flush_conn(now, id);
+            self.run_loopback(now);
+        }
+    }
+
+    /// close() with SO_LINGER 0: reset the connection.
+    pub fn tcp_abort(&mut self, now: Instant, id: ConnId) {
+        if let Ok(c) = self.conn_mut(id) {
+            c.released = true;
+            c.tcb.abort(now);
+            self.flush_conn(now, id);
+            self.run_loopback(now);
+        }
+    }
+
+    /// The connection's `Tcb`, read-only.
+    pub fn tcb(&self, id: ConnId) -> Option<&Tcb> {
+        self.conns.get(id.0).map(|c| &c.tcb)
+    }
+
+    /// A `tcp_info`-like snapshot.
+    pub fn tcp_info(&self, id: ConnId) -> Option<TcbInfo> {
+        self.tcb(id).map(Tcb::info)
+    }
+
+    /// Every connection (netstat).
+    pub fn netstat(&self) -> Vec<TcbInfo> {
+        self.conns.iter().map(|(_, c)| c.tcb.info()).collect()
+    }
+
+    /// Number of connections the host holds (any state).
+    pub fn conn_count(&self) -> usize {
+        self.conns.len()
+    }
+}

@@ -1,0 +1,736 @@
+//! Segment arrival: RFC 9293 §3.10.7 ("SEGMENT ARRIVES"), step by step, with the
+//! RFC 5961 defences (challenge ACKs against blind RST, SYN and data injection), RFC 7323
+//! PAWS and timestamps, RFC 2018/2883 SACK and D-SACK, RFC 5681/6582/6675 duplicate-ACK
+//! handling and loss-recovery entry, and RFC 6298 RTT sampling.
+//!
+//! The owner has already verified the checksum and parsed the options; everything else
+//! about the segment is untrusted. Every length and sequence number is checked with
+//! modular arithmetic; nothing here can panic.
+
+use super::cc::{AckSample, CongestionControl};
+use super::seq::SeqNum;
+use super::tcb::{Recovery, Tcb, QUICKACK_SEGMENTS};
+use super::{Events, State, TcpError};
+use crate::tcp::assembler::InsertOutcome;
+use crate::time::Instant;
+use crate::wire::TcpRepr;
+use core::time::Duration;
+
+/// RFC 7323 §5.5: TS.Recent older than 24 days is no longer used for PAWS.
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+impl Tcb {
+    /// A segment for this connection arrived (RFC 9293 §3.10.7.3 SYN-SENT,
+    /// §3.10.7.4 other states). `payload` is the segment text.
+    pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+        self.stats.segs_in += 1;
+        match self.state {
+            State::Closed | State::Listen => {}
+            State::SynSent => self.on_segment_syn_sent(now, seg, payload),
+            _ => self.on_segment_synchronized(now, seg, payload),
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3: SYN-SENT.
+    fn on_segment_syn_sent(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+        let f = seg.flags;
+        let ack = SeqNum(seg.ack);
+        // First: check the ACK bit.
+        if f.ack() && (ack <= self.iss || ack > self.snd_nxt) {
+            if !f.rst() {
+                self.rst_reply = Some(ack);
+            }
+            return;
+        }
+        // Second: the RST bit (acceptable only with an acceptable ACK; RFC 5961 §3.2).
+        if f.rst() {
+            if f.ack() {
+                self.stats.rsts_in += 1;
+                self.fail(now, TcpError::Refused);
+            }
+            return;
+        }
+        // Fourth: the SYN bit.
+        if !f.syn() {
+            return;
+        }
+        self.last_rcv = now;
+        self.irs = SeqNum(seg.seq);
+        self.rcv_nxt = self.irs + 1;
+        self.rcv_adv = self.rcv_nxt;
+        self.apply_syn_options(now, seg);
+        // The window of a SYN is never scaled (RFC 7323 §2.2).
+        self.snd_wnd = u32::from(seg.window);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = self.irs;
+        self.snd_wl2 = ack;
+        if f.ack() {
+            // Our SYN is acknowledged: ESTABLISHED.
+            self.snd_una = ack;
+            self.take_rtt_sample(now, ack, seg);
+            self.rtx_deadline = None;
+            self.rtx_series_start = None;
+            if self.syn_retransmitted {
+                self.rtt.syn_retransmitted_no_sample();
+            }
+            self.establish(now);
+            self.ack_now = true;
+            // Text or FIN carried by the SYN,ACK (rare, but legal).
+            if !payload.is_empty() || f.fin() {
+                self.process_text(now, self.irs + 1, payload, f.fin());
+            }
+        } else {
+            // Simultaneous open (RFC 9293 §3.5, figure 7): send SYN,ACK from SYN-RECEIVED.
+            self.state = State::SynReceived;
+            self.simultaneous = true;
+            self.snd_nxt = self.iss;
+            self.ack_now = true;
+        }
+    }
+
+    /// The handshake completed.
+    pub(super) fn establish(&mut self, now: Instant) {
+        self.state = State::Established;
+        self.events
+            .insert(Events::CONNECTED | Events::WRITABLE | Events::READABLE);
+        self.quickack = QUICKACK_SEGMENTS;
+        self.last_rcv_data = now;
+        if self.keepalive {
+            self.keepalive_deadline = Some(now + self.set.keepalive_idle);
+        }
+        if self.fin_queued {
+            // shutdown() while the handshake was in progress.
+            self.state = State::FinWait1;
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states.
+    fn on_segment_synchronized(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+        let f = seg.flags;
+        let seq = SeqNum(seg.seq);
+        let seg_len = payload.len() as u32 + u32::from(f.syn()) + u32::from(f.fin());
+
+        // RFC 7323 §5.3 R1: PAWS. A RST bypasses it.
+        if self.ts_ok && !f.rst() {
+            if let Some((tsval, _)) = seg.options.timestamps {
+                let older = (tsval.wrapping_sub(self.ts_recent) as i32) < 0;
+                let fresh = now.saturating_duration_since(self.ts_recent_time) < PAWS_IDLE;
+                if older && fresh {
+                    self.stats.paws_drops += 1;
+                    self.send_dupack(now, seg_len, f.syn());
+                    return;
+                }
+            }
+        }
+
+        // First: check the sequence number (the four acceptability cases).
+        let wnd = self.rcv_adv.since(self.rcv_nxt);
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seq == self.rcv_nxt,
+            (0, _) => seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd),
+            (_, 0) => false,
+            (_, _) => {
+                seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+                    || (seq + (seg_len - 1)).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+            }
+        };
+        if !acceptable {
+            if f.rst() {
+                return;
+            }
+            if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
+                // A retransmitted SYN: our SYN,ACK was lost; send it again.
+                self.snd_nxt = self.iss;
+                return;
+            }
+            // Data entirely below RCV.NXT is a duplicate: report it (RFC 2883 §4.1).
+            if !payload.is_empty() && self.sack_ok && (seq + payload.len() as u32) <= self.rcv_nxt {
+                self.dsack = Some((seq, seq + payload.len() as u32));
+                self.stats.dup_segs_in += 1;
+            }
+            if self.state == State::TimeWait && f.fin() {
+                // RFC 9293: a retransmitted FIN in TIME-WAIT restarts the 2 MSL timer.
+                self.state_deadline = Some(now + self.set.time_wait);
+            }
+            self.send_dupack(now, seg_len, f.syn());
+            return;
+        }
+
+        // Take TS.Recent (RFC 7323 §4.3): only from a segment that covers Last.ACK.sent.
+        if self.ts_ok {
+            if let Some((tsval, _)) = seg.options.timestamps {
+                if seq <= self.last_ack_sent && (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
+                    self.ts_recent = tsval;
+                    self.ts_recent_time = now;
+                }
+            }
+        }
+        self.last_rcv = now;
+        if self.keepalive && self.state.is_synchronized() {
+            self.keepalive_sent = 0;
+            self.keepalive_deadline = Some(now + self.set.keepalive_idle);
+        }
+
+        // Second: the RST bit (RFC 5961 §3.2).
+        if f.rst() {
+            if seq == self.rcv_nxt {
+                self.stats.rsts_in += 1;
+                match self.state {
+                    State::SynReceived if self.passive => {
+                        // Back to LISTEN: the half-open connection just goes away.
+                        self.error = Some(TcpError::Reset);
+                        self.enter_closed(now);
+                    }
+                    State::SynReceived => self.fail(now, TcpError::Refused),
+                    State::Established | State::FinWait1 | State::FinWait2 | State::CloseWait => {
+                        self.fail(now, TcpError::Reset)
+                    }
+                    _ => self.enter_closed(now),
+                }
+            } else {
+                self.challenge_ack(now);
+            }
+            return;
+        }
+
+        // Fourth: the SYN bit (RFC 5961 §4.2; RFC 9293 for passive SYN-RECEIVED).
+        if f.syn() {
+            if self.state == State::SynReceived && self.passive {
+                self.error = Some(TcpError::Reset);
+                self.enter_closed(now);
+            } else {
+                self.challenge_ack(now);
+            }
+            return;
+        }
+
+        // Fifth: the ACK field.
+        if !f.ack() {
+            return;
+        }
+        let ack = SeqNum(seg.ack);
+        if self.state == State::SynReceived {
+            if ack > self.snd_una && ack <= self.snd_nxt {
+                // RFC 9293: SND.WND from this segment, now with scaling.
+                self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.snd_wl1 = seq;
+                self.snd_wl2 = ack;
+                self.establish(now);
+            } else {
+                // <SEQ=SEG.ACK><CTL=RST>
+                self.rst_reply = Some(ack);
+                return;
+            }
+        }
+        // RFC 5961 §5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT.
+        if ack > self.snd_nxt {
+            self.stats.bad_acks += 1;
+            self.challenge_ack(now);
+            return;
+        }
+        let floor = self.snd_una - self.max_snd_wnd.max(1);
+        if ack < floor {
+            self.stats.bad_acks += 1;
+            self.challenge_ack(now);
+            return;
+        }
+        self.process_ack(now, seg, seq, ack, payload.len() as u32);
+        if self.state == State::Closed {
+            return;
+        }
+
+        // Sixth: the URG bit (RFC 9293 §3.8.5): the pointer is the offset from SEG.SEQ of
+        // the octet following the urgent data. Delivered inline; the owner gets a mark.
+        if f.urg()
+            && seg.urgent > 0
+            && matches!(
+                self.state,
+                State::Established | State::FinWait1 | State::FinWait2
+            )
+        {
+            let up = seq + u32::from(seg.urgent);
+            if up > self.rcv_nxt || up.in_range_inclusive(self.rcv_nxt, self.rcv_adv) {
+                let off = self.rcv_off + u64::from(up.since(self.rcv_nxt));
+                if self.rcv_up.is_none_or(|cur| off > cur) {
+                    self.rcv_up = Some(off);
+                    self.events.insert(Events::URGENT);
+                }
+            }
+        }
+
+        // Seventh and eighth: the text and the FIN.
+        match self.state {
+            State::Established | State::FinWait1 | State::FinWait2 => {
+                self.process_text(now, seq, payload, f.fin());
+            }
+            _ => {
+                // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the FIN was received; any
+                // further text is a duplicate. Acknowledge what occupies sequence space.
+                if seg_len > 0 {
+                    self.ack_now = true;
+                }
+            }
+        }
+    }
+
+    /// RFC 5961 §7 ACK throttling: a challenge ACK, at most one per
+    /// `tcp_invalid_ratelimit` per connection.
+    pub(super) fn challenge_ack(&mut self, now: Instant) {
+        if self.invalid_rate_limited(now) {
+            return;
+        }
+        self.stats.challenge_acks += 1;
+        self.ack_now = true;
+    }
+
+    /// The ACK owed to an unacceptable segment (RFC 9293 §3.10.7.4 first step). Pure
+    /// ACKs are rate-limited (they may be part of an ACK loop); segments with data, SYN
+    /// or FIN are always answered at once.
+    fn send_dupack(&mut self, now: Instant, seg_len: u32, syn: bool) {
+        if syn {
+            self.challenge_ack(now);
+        } else if seg_len > 0 || !self.invalid_rate_limited(now) {
+            self.ack_now = true;
+        }
+    }
+
+    fn invalid_rate_limited(&mut self, now: Instant) -> bool {
+        let gap = self.set.invalid_ratelimit;
+        if let Some(last) = self.last_invalid_ack {
+            if !gap.is_zero() && now.saturating_duration_since(last) < gap && now >= last {
+                return true;
+            }
+        }
+        self.last_invalid_ack = Some(now);
+        false
+    }
+
+    /// RFC 9293 §3.10.7.4 fifth step for an acceptable ACK: SND.UNA, the send window
+    /// (SND.WL1/WL2), SACK, RTT, congestion control, loss detection, FIN acknowledgment.
+    fn process_ack(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        seq: SeqNum,
+        ack: SeqNum,
+        data_len: u32,
+    ) {
+        let prior_in_flight = self.in_flight();
+        let acked = ack.since(self.snd_una);
+        let old_wnd = self.snd_wnd;
+
+        // SACK (RFC 2018 §4, RFC 6675 §5 Update()).
+        let mut newly_sacked = 0;
+        if acked > 0 {
+            self.sb.advance(ack);
+        }
+        if self.sack_ok && !seg.options.sack_blocks().is_empty() {
+            let mut blocks = [(SeqNum(0), SeqNum(0)); 4];
+            let mut n = 0;
+            for b in seg.options.sack_blocks() {
+                blocks[n] = (SeqNum(b.left), SeqNum(b.right));
+                n += 1;
+            }
+            let d = self
+                .sb
+                .update(ack.max(self.snd_una), self.snd_nxt, &blocks[..n]);
+            newly_sacked = d.newly_sacked;
+            if d.dsack {
+                self.stats.dsacks_in += 1;
+            }
+        }
+
+        // The send window (RFC 9293 §3.10.7.4: only from newer segments).
+        let wnd = u32::from(seg.window) << self.snd_wscale;
+        if self.snd_wl1 < seq || (self.snd_wl1 == seq && self.snd_wl2 <= ack) {
+            self.snd_wnd = wnd;
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+            if wnd > 0 {
+                self.persist_deadline = None;
+                self.persist_backoff = 0;
+            }
+        }
+
+        if acked > 0 {
+            self.on_new_ack(now, seg, ack, acked, prior_in_flight);
+        } else if ack == self.snd_una && self.snd_una != self.snd_nxt {
+            // RFC 5681 §2 duplicate ACK (with SACK: one that SACKs new data, RFC 6675 §2).
+            let is_dup = data_len == 0
+                && !seg.flags.fin()
+                && if self.sack_ok {
+                    newly_sacked > 0 || (seg.options.sack_blocks().is_empty() && wnd == old_wnd)
+                } else {
+                    wnd == old_wnd
+                };
+            if is_dup {
+                self.dupacks = self.dupacks.saturating_add(1);
+                self.stats.dup_acks_in += 1;
+                self.on_dupack(now, prior_in_flight);
+            }
+        }
+
+        // Our FIN acknowledged?
+        if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
+            match self.state {
+                State::FinWait1 => {
+                    self.state = State::FinWait2;
+                    if self.app_closed {
+                        self.state_deadline = Some(now + self.set.fin_wait_2);
+                    }
+                }
+                State::Closing => self.enter_time_wait(now),
+                State::LastAck => self.enter_closed(now),
+                _ => {}
+            }
+        }
+    }
+
+    /// Bytes in flight by the simple measure (sent, not acknowledged).
+    pub(super) fn in_flight(&self) -> u32 {
+        self.snd_nxt.since(self.snd_una)
+    }
+
+    /// The sequence number the FIN has (or will have) once queued.
+    pub(super) fn fin_seq(&self) -> SeqNum {
+        self.snd_buf_seq + self.snd_buf.len() as u32
+    }
+
+    /// An ACK that advanced SND.UNA.
+    fn on_new_ack(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        ack: SeqNum,
+        acked: u32,
+        prior_in_flight: u32,
+    ) {
+        // Release acknowledged data (the SYN and FIN occupy no buffer).
+        let n = (ack.since(self.snd_buf_seq) as usize).min(self.snd_buf.len());
+        self.snd_buf.drain(..n);
+        self.snd_buf_seq += n as u32;
+        self.snd_una = ack;
+        if self.snd_up.is_some_and(|up| ack >= up) {
+            self.snd_up = None;
+        }
+        self.stats.bytes_out += n as u64;
+        self.take_rtt_sample(now, ack, seg);
+        self.rtx_series_start = None;
+        self.rto_reduced = false;
+        self.keepalive_sent = 0;
+
+        // RFC 6298 §5.2, §5.3: stop or restart the retransmission timer.
+        self.rtx_deadline = if self.snd_una == self.snd_nxt {
+            None
+        } else {
+            Some(now + self.rtt.rto())
+        };
+
+        let mss = self.mss();
+        match self.recovery {
+            Recovery::Fast => {
+                if ack >= self.recover {
+                    // RFC 6582 §3.2 step 3 (full ACK) / RFC 6675 §5: recovery ends.
+                    self.recovery = Recovery::Open;
+                    self.dupacks = 0;
+                    self.cc.on_recovery_exit(now);
+                } else {
+                    // Partial ACK.
+                    self.high_rxt = self.high_rxt.max(self.snd_una);
+                    if !self.sack_ok {
+                        // RFC 6582 §3.2 step 4: retransmit the first unacknowledged
+                        // segment, deflate by the amount acknowledged, add back one SMSS.
+                        self.rtx_head = true;
+                        self.reno_cwnd = self.reno_cwnd.saturating_sub(acked);
+                        if acked >= mss {
+                            self.reno_cwnd = self.reno_cwnd.saturating_add(mss);
+                        }
+                        self.dupacks = 0;
+                    }
+                }
+            }
+            Recovery::Loss => {
+                if ack >= self.recover {
+                    self.recovery = Recovery::Open;
+                }
+                self.high_rxt = self.high_rxt.max(self.snd_una);
+                self.dupacks = 0;
+                self.cc_on_ack(now, acked, prior_in_flight, ack);
+            }
+            Recovery::Open => {
+                self.dupacks = 0;
+                self.cc_on_ack(now, acked, prior_in_flight, ack);
+            }
+        }
+        self.high_rxt = self.high_rxt.max(self.snd_una);
+
+        if self.send_space() >= self.set.sndlowat as usize && n > 0 {
+            self.events.insert(Events::WRITABLE);
+        }
+    }
+
+    fn cc_on_ack(&mut self, now: Instant, acked: u32, prior_in_flight: u32, ack: SeqNum) {
+        let cwnd = self.cc.cwnd();
+        let mss = self.mss();
+        let cwnd_limited = self.cwnd_blocked
+            || prior_in_flight.saturating_add(2 * mss) >= cwnd
+            || (self.cc.in_slow_start() && prior_in_flight.saturating_mul(2) >= cwnd);
+        self.cwnd_blocked = false;
+        let sample = AckSample {
+            now,
+            acked,
+            prior_in_flight,
+            rtt: self.rtt.latest(),
+            srtt: self.rtt.srtt(),
+            min_rtt: self.rtt.min_rtt(),
+            cwnd_limited,
+            ack_seq: ack,
+            snd_nxt: self.snd_nxt,
+        };
+        self.cc.on_ack(&sample);
+    }
+
+    /// RTT measurement (RFC 6298 §3 Karn; RFC 7323 §4 RTTM with timestamps).
+    fn take_rtt_sample(&mut self, now: Instant, ack: SeqNum, seg: &TcpRepr) {
+        if let Some((end, sent)) = self.rtt_timed {
+            if ack >= end {
+                self.rtt_timed = None;
+                self.rtt.sample(now.saturating_duration_since(sent));
+                self.stats.rtt_samples += 1;
+                return;
+            }
+        }
+        // Without a timed segment (e.g. after retransmissions, where Karn forbids
+        // sequence-based samples) take the echoed timestamp, which is unambiguous.
+        if self.ts_ok && self.rtt_timed.is_none() && self.recovery != Recovery::Open
+            || self.rtt.backoff() > 0
+        {
+            if let Some((_, tsecr)) = seg.options.timestamps {
+                if tsecr != 0 {
+                    let d = self.ts_now(now).wrapping_sub(tsecr);
+                    if (d as i32) >= 0 {
+                        self.rtt.sample(Duration::from_millis(u64::from(d)));
+                        self.stats.rtt_samples += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A duplicate ACK: limited transmit, loss-recovery entry, NewReno inflation.
+    fn on_dupack(&mut self, now: Instant, prior_in_flight: u32) {
+        let mss = self.mss();
+        match self.recovery {
+            Recovery::Open => {
+                let lost_head =
+                    self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.set.dupthresh);
+                // RFC 6675 §5 / RFC 6582 §3.2 step 1: no new recovery until the previous
+                // recovery point was acknowledged.
+                if (self.dupacks >= self.set.dupthresh || lost_head) && self.snd_una >= self.recover
+                {
+                    self.enter_fast_recovery(now, prior_in_flight);
+                }
+                // Otherwise RFC 3042 limited transmit happens in output.
+            }
+            Recovery::Fast if !self.sack_ok => {
+                // RFC 6582 §3.2 step 3: inflate by one SMSS per further duplicate ACK.
+                self.reno_cwnd = self.reno_cwnd.saturating_add(mss);
+            }
+            _ => {}
+        }
+    }
+
+    /// RFC 6675 §5 steps 4.1-4.3 / RFC 6582 §3.2 step 2: fast retransmit.
+    fn enter_fast_recovery(&mut self, now: Instant, prior_in_flight: u32) {
+        let mss = self.mss();
+        self.recovery = Recovery::Fast;
+        self.recover = self.snd_nxt;
+        self.high_rxt = self.snd_una;
+        self.cc.on_congestion_event(now, prior_in_flight);
+        self.stats.recoveries += 1;
+        self.stats.fast_retransmits += 1;
+        self.rtx_head = true;
+        if !self.sack_ok {
+            self.reno_cwnd = self
+                .cc
+                .ssthresh()
+                .saturating_add(self.set.dupthresh.saturating_mul(mss));
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 seventh and eighth steps: segment text and FIN, for
+    /// ESTABLISHED, FIN-WAIT-1 and FIN-WAIT-2.
+    pub(super) fn process_text(&mut self, now: Instant, seq: SeqNum, payload: &[u8], fin: bool) {
+        if payload.is_empty() && !fin {
+            return;
+        }
+        if self.app_closed && !payload.is_empty() {
+            // Data for a connection nobody will read: reset it (as Linux does).
+            let end = seq + payload.len() as u32;
+            if end > self.rcv_nxt {
+                self.rst_pending = true;
+                self.error.get_or_insert(TcpError::Aborted);
+                self.snd_buf.clear();
+                self.state = State::Closed;
+                self.clear_timers();
+                return;
+            }
+        }
+        let mut seq = seq;
+        let mut data = payload;
+        let mut fin = fin;
+        // Trim what we already have (RFC 9293: "trim ... to the window").
+        if seq < self.rcv_nxt {
+            let skip = self.rcv_nxt.since(seq) as usize;
+            if skip >= data.len() {
+                if !data.is_empty() && self.sack_ok {
+                    self.dsack = Some((seq, seq + data.len() as u32));
+                    self.stats.dup_segs_in += 1;
+                }
+                if skip > data.len() {
+                    // Even the FIN (if any) is old.
+                    fin = false;
+                }
+                data = &[];
+            } else {
+                if self.sack_ok {
+                    self.dsack = Some((seq, self.rcv_nxt));
+                }
+                data = &data[skip..];
+            }
+            seq = self.rcv_nxt;
+        }
+        // Trim what lies beyond the advertised right edge.
+        let right = self.rcv_adv.max(self.rcv_nxt);
+        let room = right.since(seq) as usize;
+        if data.len() > room {
+            data = &data[..room];
+            fin = false;
+        }
+        if seq == self.rcv_nxt {
+            if !data.is_empty() {
+                if now.saturating_duration_since(self.last_rcv_data) > self.rtt.rto() {
+                    // Quick ACKs after idle, as Linux.
+                    self.quickack = QUICKACK_SEGMENTS;
+                }
+                self.last_rcv_data = now;
+                self.rcv_buf.extend(data);
+                let n = data.len() as u32;
+                self.rcv_nxt += n;
+                self.rcv_off += u64::from(n);
+                self.stats.bytes_in += u64::from(n);
+                self.rcv_mss = self.rcv_mss.max(n.min(self.adv_mss));
+                self.rcv_unacked_bytes = self.rcv_unacked_bytes.saturating_add(n);
+                let mut filled = false;
+                if !self.ooo.is_empty() {
+                    let moved = self.ooo.drain_into(self.rcv_off, &mut self.rcv_buf) as u32;
+                    if moved > 0 {
+                        self.rcv_nxt += moved;
+                        self.rcv_off += u64::from(moved);
+                        self.stats.bytes_in += u64::from(moved);
+                        filled = true;
+                    }
+                }
+                if self.ooo_fin == Some(self.rcv_off) {
+                    fin = true;
+                    self.ooo_fin = None;
+                }
+                self.events.insert(Events::READABLE);
+                // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK at least every second full-sized
+                // segment, at once when a hole is filled, within the delayed-ACK timer
+                // otherwise; quick ACKs at connection start and after idle.
+                if filled || !self.ooo.is_empty() {
+                    self.ack_now = true;
+                } else if self.quickack > 0 {
+                    self.quickack -= 1;
+                    self.ack_now = true;
+                } else if self.rcv_unacked_bytes >= 2 * self.rcv_mss {
+                    self.ack_now = true;
+                } else if self.delack_deadline.is_none() {
+                    self.delack_deadline = Some(now + self.set.delack);
+                }
+            }
+        } else {
+            // Out of order: hold it and send a duplicate ACK at once (RFC 5681 §4.2).
+            let off = self.rcv_off + u64::from(seq.since(self.rcv_nxt));
+            self.stats.ooo_segs_in += 1;
+            if !data.is_empty() {
+                match self.ooo.insert(off, data) {
+                    InsertOutcome::Stored { .. } => self.note_sack_recent(off),
+                    InsertOutcome::Duplicate => {
+                        if self.sack_ok {
+                            self.dsack = Some((seq, seq + data.len() as u32));
+                            self.stats.dup_segs_in += 1;
+                        }
+                    }
+                    InsertOutcome::Full => {
+                        self.stats.rcv_drops_full += 1;
+                        fin = false;
+                    }
+                }
+            }
+            if fin {
+                self.ooo_fin = Some(off + data.len() as u64);
+            }
+            self.ack_now = true;
+            return;
+        }
+        if fin {
+            self.rcv_nxt += 1;
+            self.fin_rcvd = true;
+            self.ooo.clear();
+            self.ooo_fin = None;
+            self.ack_now = true;
+            self.delack_deadline = None;
+            self.events.insert(Events::READABLE);
+            match self.state {
+                State::Established => self.state = State::CloseWait,
+                State::FinWait1 => {
+                    if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
+                        self.enter_time_wait(now);
+                    } else {
+                        self.state = State::Closing;
+                    }
+                }
+                State::FinWait2 => self.enter_time_wait(now),
+                _ => {}
+            }
+        }
+    }
+
+    /// Remembers the most recently received out-of-order block (RFC 2018 §4: the first
+    /// SACK block reports it; then the most recently reported others).
+    fn note_sack_recent(&mut self, off: u64) {
+        let mut next = [Some(off), None, None, None];
+        let mut k = 1;
+        for o in self.sack_recent.into_iter().flatten() {
+            if k == next.len() {
+                break;
+            }
+            let same = match (self.ooo.range_containing(o), self.ooo.range_containing(off)) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            if !same {
+                next[k] = Some(o);
+                k += 1;
+            }
+        }
+        self.sack_recent = next;
+    }
+
+    /// TIME-WAIT (RFC 9293 §3.6): wait 2 MSL (`tcp_time_wait_interval`), answering only
+    /// retransmitted FINs.
+    pub(super) fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.rtx_deadline = None;
+        self.persist_deadline = None;
+        self.keepalive_deadline = None;
+        self.cork_deadline = None;
+        self.probe_pending = false;
+        self.state_deadline = Some(now + self.set.time_wait);
+        self.events.insert(Events::READABLE);
+    }
+}

@@ -1,0 +1,564 @@
+//! Segment generation: what to send next, and the segment itself.
+//!
+//! [`Tcb::poll_transmit`] picks, in order: a pending RST; the SYN or SYN,ACK; a
+//! retransmission (RFC 6675 §5 NextSeg() rules 1 and 3, RFC 6582 partial-ACK
+//! retransmission, RFC 6298 §5 after a timeout); new data (NextSeg() rule 2) within the
+//! peer's window (RFC 9293 §3.8.6), the congestion window (RFC 5681, RFC 3042 limited
+//! transmit) and the small-segment rules (sender SWS avoidance RFC 9293 §3.8.6.2.1,
+//! Nagle RFC 896 with `tcp_naglim_def`, TCP_CORK); a window probe (RFC 9293 §3.8.6.1) or
+//! keepalive (§3.8.4); and finally a pure ACK (delayed-ACK rules in `input.rs`).
+//!
+//! Every segment carries the current ACK, the receive window (receiver SWS avoidance,
+//! RFC 9293 §3.8.6.2.2; the right edge never moves left), timestamps (RFC 7323 §3) and,
+//! with out-of-order data held, SACK blocks (RFC 2018 §4, D-SACK first, RFC 2883).
+//! A FIN goes out as soon as the application closes: on the last data segment or alone,
+//! never held by Nagle, cork or the window.
+
+use super::cc::CongestionControl;
+use super::seq::SeqNum;
+use super::tcb::{Outgoing, Recovery, Tcb, MAX_WINDOW};
+use super::State;
+use crate::time::Instant;
+use crate::wire::{SackBlock, TcpFlags};
+
+/// What kind of segment a plan describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Data,
+    Retransmit,
+    Ack,
+    Probe,
+}
+
+impl Tcb {
+    /// The next segment to send, if any. Call until it returns `None` after every input.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Outgoing<'_>> {
+        // A RST answering an unacceptable segment (<SEQ=SEG.ACK><CTL=RST>).
+        if let Some(seq) = self.rst_reply.take() {
+            return Some(self.build_rst(seq, None));
+        }
+        if self.rst_pending {
+            self.rst_pending = false;
+            self.stats.rsts_out += 1;
+            let seq = self.snd_nxt;
+            let ack = self.rcv_nxt;
+            self.enter_closed(now);
+            self.events.insert(super::Events::ERROR);
+            return Some(self.build_rst(seq, Some(ack)));
+        }
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent | State::SynReceived => {
+                if self.snd_nxt == self.iss {
+                    return Some(self.build_syn(now));
+                }
+                if self.state == State::SynSent {
+                    return None;
+                }
+                // SYN-RECEIVED: only ACKs (e.g. a challenge ACK) besides the SYN,ACK.
+                if self.ack_now {
+                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
+                }
+                return None;
+            }
+            State::TimeWait => {
+                if self.ack_now {
+                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
+                }
+                return None;
+            }
+            _ => {}
+        }
+        if let Some((seq, len, fin)) = self.plan_retransmission(false) {
+            return Some(self.build(now, seq, len, fin, Kind::Retransmit));
+        }
+        if let Some((seq, len, fin)) = self.plan_new_data(now) {
+            return Some(self.build(now, seq, len, fin, Kind::Data));
+        }
+        if let Some((seq, len, fin)) = self.plan_retransmission(true) {
+            return Some(self.build(now, seq, len, fin, Kind::Retransmit));
+        }
+        if self.probe_pending {
+            self.probe_pending = false;
+            // Linux-style probe: an old sequence number with no data, which the peer must
+            // answer with an ACK carrying its current window.
+            let seq = self.snd_una - 1;
+            return Some(self.build(now, seq, 0, false, Kind::Probe));
+        }
+        if self.ack_now || self.dsack.is_some() {
+            return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
+        }
+        None
+    }
+
+    /// Payload bytes the next segment may carry: the MSS less the options it will carry
+    /// beyond timestamps, i.e. SACK blocks (RFC 6691: the MSS excludes all options).
+    fn seg_max(&self) -> u32 {
+        let mss = self.mss();
+        if !self.sack_ok || (self.ooo.is_empty() && self.dsack.is_none()) {
+            return mss;
+        }
+        let cap = if self.ts_ok { 3 } else { 4 };
+        let n = (self.ooo.ranges().take(cap).count() + usize::from(self.dsack.is_some())).min(cap);
+        mss.saturating_sub(4 + 8 * n as u32).max(1)
+    }
+
+    /// The end of the send buffer in sequence space.
+    fn data_end(&self) -> SeqNum {
+        self.snd_buf_seq + self.snd_buf.len() as u32
+    }
+
+    fn fin_sent(&self) -> bool {
+        self.fin_queued && self.snd_nxt > self.fin_seq()
+    }
+
+    /// Bytes that may still be sent under the congestion window (RFC 5681 §3, RFC 6675
+    /// §5 step C, RFC 6582 with window inflation, RFC 3042 limited transmit).
+    fn cwnd_allowance(&self) -> u32 {
+        let mss = self.mss();
+        match self.recovery {
+            Recovery::Fast if !self.sack_ok => self.reno_cwnd.saturating_sub(self.in_flight()),
+            _ => {
+                let mut cwnd = self.cc.cwnd();
+                if self.recovery == Recovery::Open && !self.sack_ok && self.dupacks > 0 {
+                    // RFC 3042: one new segment per duplicate ACK below DupThresh.
+                    cwnd = cwnd.saturating_add(self.dupacks.min(2) * mss);
+                }
+                cwnd.saturating_sub(self.pipe())
+            }
+        }
+    }
+
+    /// RFC 6675 §4 SetPipe(): the sender's estimate of bytes in the network.
+    pub(super) fn pipe(&self) -> u32 {
+        let mss = self.mss();
+        match self.recovery {
+            Recovery::Open => self.in_flight().saturating_sub(self.sb.sacked_bytes()),
+            Recovery::Fast => self.sb.pipe(
+                self.snd_una,
+                self.snd_nxt,
+                self.high_rxt,
+                mss,
+                self.set.dupthresh,
+            ),
+            Recovery::Loss => {
+                // After an RTO everything below the recovery point is presumed lost: only
+                // what was retransmitted since counts, plus what was sent after it.
+                let rtx_end = self.high_rxt.min(self.recover).max(self.snd_una);
+                let retransmitted =
+                    rtx_end.since(self.snd_una) - self.sacked_between(self.snd_una, rtx_end);
+                let above = if self.snd_nxt > self.recover {
+                    self.snd_nxt.since(self.recover)
+                        - self.sacked_between(self.recover, self.snd_nxt)
+                } else {
+                    0
+                };
+                retransmitted.saturating_add(above)
+            }
+        }
+    }
+
+    fn sacked_between(&self, lo: SeqNum, hi: SeqNum) -> u32 {
+        let mut n = 0u32;
+        for (s, e) in self.sb.ranges() {
+            let a = s.max(lo);
+            let b = e.min(hi);
+            if b > a {
+                n = n.saturating_add(b.since(a));
+            }
+        }
+        n.min(hi.since(lo))
+    }
+
+    /// A retransmission to send now, as (seq, data length, FIN). `rule3` selects RFC 6675
+    /// NextSeg() rule 3 (unSACKed data that is not yet deemed lost), used only when no new
+    /// data could be sent.
+    fn plan_retransmission(&mut self, rule3: bool) -> Option<(SeqNum, u32, bool)> {
+        if self.snd_una == self.snd_nxt {
+            self.rtx_head = false;
+            return None;
+        }
+        let mss = self.seg_max();
+        let (seq, span) = if self.rtx_head && !rule3 {
+            // Fast retransmit, NewReno partial ACK, RTO, or path MTU: the first
+            // unacknowledged segment, regardless of the congestion window.
+            self.rtx_head = false;
+            let s = self.snd_una;
+            (s, self.snd_nxt.since(s).min(mss))
+        } else {
+            let allowance = self.cwnd_allowance();
+            let cand = match self.recovery {
+                Recovery::Open => None,
+                Recovery::Fast if !self.sack_ok => None,
+                Recovery::Fast => {
+                    if rule3 {
+                        self.sb.next_unsacked(self.snd_una, self.high_rxt, mss)
+                    } else {
+                        self.sb
+                            .next_lost(self.snd_una, self.high_rxt, mss, self.set.dupthresh)
+                    }
+                }
+                Recovery::Loss if rule3 => None,
+                Recovery::Loss => {
+                    self.next_unsacked_below(self.high_rxt.max(self.snd_una), self.recover, mss)
+                }
+            }?;
+            if allowance < cand.1.min(mss) {
+                self.cwnd_blocked = true;
+                return None;
+            }
+            cand
+        };
+        if span == 0 {
+            return None;
+        }
+        let end = seq + span;
+        let data_end = self.data_end();
+        let data_len = if seq < data_end {
+            data_end.since(seq).min(span)
+        } else {
+            0
+        };
+        let fin = self.fin_sent() && end > self.fin_seq();
+        if data_len == 0 && !fin {
+            return None;
+        }
+        self.high_rxt = self.high_rxt.max(seq + data_len + u32::from(fin));
+        // Karn: a retransmitted range cannot be timed.
+        if let Some((tend, _)) = self.rtt_timed {
+            if tend > seq {
+                self.rtt_timed = None;
+            }
+        }
+        self.stats.retrans_segs += 1;
+        self.stats.retrans_bytes += u64::from(data_len);
+        Some((seq, data_len, fin))
+    }
+
+    /// The first unSACKed range in [from, to), up to one MSS.
+    fn next_unsacked_below(&self, from: SeqNum, to: SeqNum, mss: u32) -> Option<(SeqNum, u32)> {
+        let mut s = from;
+        if s >= to {
+            return None;
+        }
+        for (a, b) in self.sb.ranges() {
+            if b <= s {
+                continue;
+            }
+            if a <= s {
+                s = b;
+                if s >= to {
+                    return None;
+                }
+                continue;
+            }
+            // Hole [s, a).
+            let end = a.min(to);
+            return Some((s, end.since(s).min(mss)));
+        }
+        Some((s, to.since(s).min(mss)))
+    }
+
+    /// New data to send, as (seq, data length, FIN).
+    fn plan_new_data(&mut self, now: Instant) -> Option<(SeqNum, u32, bool)> {
+        let data_end = self.data_end();
+        let unsent = data_end.since(self.snd_nxt);
+        let fin_pending = self.fin_queued && !self.fin_sent();
+        if unsent == 0 && !fin_pending {
+            return None;
+        }
+        // After an RTO, retransmissions come first (RFC 6675 §5.1).
+        if self.recovery == Recovery::Loss && self.high_rxt < self.recover {
+            return None;
+        }
+        let mss = self.seg_max();
+        let wnd_right = self.snd_una + self.snd_wnd;
+        let wnd_avail = wnd_right.since(self.snd_nxt);
+        let cwnd_avail = self.cwnd_allowance();
+        let force = self.probe_pending && self.snd_wnd > 0;
+        let len = unsent.min(mss).min(wnd_avail).min(cwnd_avail);
+        let nothing_in_flight = self.snd_una == self.snd_nxt;
+
+        if len < unsent.min(mss) {
+            if cwnd_avail < wnd_avail {
+                // Congestion-limited: wait for ACKs rather than send a runt.
+                self.cwnd_blocked = true;
+                return None;
+            }
+            // Limited by the peer's window: sender SWS avoidance (RFC 9293 §3.8.6.2.1)
+            // sends only a full segment or at least half the largest window offered;
+            // the persist timer overrides it (and probes a zero window).
+            let sws_ok = len > 0 && len >= self.max_snd_wnd / 2;
+            if !sws_ok && !force {
+                if nothing_in_flight && self.persist_deadline.is_none() {
+                    self.arm_persist(now);
+                }
+                return None;
+            }
+            if force {
+                self.probe_pending = false;
+                if len == 0 {
+                    return None;
+                }
+            }
+        } else if len < mss && len == unsent && !fin_pending {
+            // Everything buffered fits in one small segment: Nagle and cork.
+            let corked = self.cork && self.cork_deadline.is_some_and(|d| now < d);
+            if corked {
+                return None;
+            }
+            let nagle_limit = mss.min(self.set.naglim);
+            if !self.nodelay && !nothing_in_flight && len < nagle_limit && !force {
+                return None;
+            }
+        }
+        let fin = fin_pending && len == unsent;
+        if len == 0 && !fin {
+            return None;
+        }
+        if self.cork && len == unsent {
+            self.cork_deadline = None;
+        }
+        self.probe_pending = self.probe_pending && !force;
+        Some((self.snd_nxt, len, fin))
+    }
+
+    /// Arms the persist timer (RFC 9293 §3.8.6.1) with exponential backoff.
+    pub(super) fn arm_persist(&mut self, now: Instant) {
+        let base = self.rtt.base_rto();
+        let factor = 1u32 << self.persist_backoff.min(12);
+        let t = base.saturating_mul(factor).min(self.set.rto_max);
+        self.persist_deadline = Some(now + t);
+    }
+
+    /// The window to advertise now, as the 16-bit field (RFC 7323 §2.3 scaling;
+    /// receiver SWS avoidance, RFC 9293 §3.8.6.2.2; the right edge never moves left).
+    fn select_window(&mut self, syn: bool) -> u16 {
+        let free = self.rcv_cap.saturating_sub(self.rcv_buf.len() as u32);
+        if syn {
+            let w = free.min(MAX_WINDOW);
+            self.rcv_adv = self.rcv_nxt + w;
+            return w as u16;
+        }
+        let cur = self.rcv_adv.since(self.rcv_nxt);
+        let mut wnd = free;
+        let step = (self.rcv_cap / 2).min(self.rcv_mss.max(1));
+        if wnd <= cur {
+            wnd = cur;
+        } else if wnd - cur < step {
+            // Not worth moving the right edge yet.
+            wnd = cur;
+        }
+        let scale = u32::from(self.rcv_wscale);
+        let max = MAX_WINDOW << scale;
+        wnd = wnd.min(max);
+        // Round up so the right edge never moves left because of the scaling.
+        let field = (wnd.saturating_add((1u32 << scale) - 1) >> scale).min(MAX_WINDOW);
+        let adv = field << scale;
+        self.rcv_adv = self.rcv_nxt + adv;
+        if field == 0 {
+            self.stats.zero_window_adv += 1;
+        }
+        field as u16
+    }
+
+    /// SACK blocks for the next ACK: D-SACK first, then the block holding the most
+    /// recent out-of-order arrival, then other recent ones, then the rest (RFC 2018 §4,
+    /// RFC 2883 §4).
+    fn sack_blocks(&mut self, out: &mut [SackBlock; 4]) -> usize {
+        let mut n = 0;
+        if let Some((l, r)) = self.dsack.take() {
+            out[0] = SackBlock {
+                left: l.raw(),
+                right: r.raw(),
+            };
+            n = 1;
+            self.stats.dsacks_sent += 1;
+        }
+        if self.ooo.is_empty() {
+            return n;
+        }
+        let base_seq = self.rcv_nxt;
+        let base_off = self.rcv_off;
+        let to_block = |(s, e): (u64, u64)| SackBlock {
+            left: (base_seq + (s - base_off) as u32).raw(),
+            right: (base_seq + (e - base_off) as u32).raw(),
+        };
+        let mut used: [Option<(u64, u64)>; 4] = [None; 4];
+        let mut u = 0;
+        for off in self.sack_recent.into_iter().flatten() {
+            if n == out.len() {
+                return n;
+            }
+            if let Some(r) = self.ooo.range_containing(off) {
+                if r.0 > base_off && !used[..u].contains(&Some(r)) {
+                    out[n] = to_block(r);
+                    n += 1;
+                    used[u] = Some(r);
+                    u += 1;
+                }
+            }
+        }
+        for r in self.ooo.ranges() {
+            if n == out.len() {
+                break;
+            }
+            if r.0 > base_off && !used[..u].contains(&Some(r)) {
+                out[n] = to_block(r);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// A RST: `<SEQ=seq><CTL=RST>`, or `<SEQ=seq><ACK=ack><CTL=RST,ACK>`.
+    fn build_rst(&mut self, seq: SeqNum, ack: Option<SeqNum>) -> Outgoing<'_> {
+        let mut flags = TcpFlags::RST;
+        let mut repr = self.base_repr(seq, flags);
+        if let Some(a) = ack {
+            flags |= TcpFlags::ACK;
+            repr.flags = flags;
+            repr.ack = a.raw();
+        }
+        self.stats.segs_out += 1;
+        Outgoing {
+            repr,
+            payload: (&[], &[]),
+        }
+    }
+
+    /// The SYN (SYN-SENT) or SYN,ACK (SYN-RECEIVED) with our options (RFC 9293 §3.7.1,
+    /// RFC 7323 §2.2/§3.2, RFC 2018 §2), in Linux's order.
+    fn build_syn(&mut self, now: Instant) -> Outgoing<'_> {
+        let passive_side = self.state == State::SynReceived;
+        let mut flags = TcpFlags::SYN;
+        if passive_side {
+            flags |= TcpFlags::ACK;
+        }
+        let mut repr = self.base_repr(self.iss, flags);
+        let o = &mut repr.options;
+        o.mss = Some(self.adv_mss.min(65_535) as u16);
+        if passive_side {
+            o.window_scale = self.ws_ok.then_some(self.rcv_wscale);
+            o.sack_permitted = self.sack_ok;
+            o.timestamps = self.ts_ok.then(|| (self.ts_now(now), self.ts_recent));
+            repr.ack = self.rcv_nxt.raw();
+        } else {
+            o.window_scale = self.set.wscale.then_some(self.rcv_wscale);
+            o.sack_permitted = self.set.sack >= 2;
+            o.timestamps = self.set.tstamp.then(|| (self.ts_now(now), 0));
+        }
+        repr.window = self.select_window(true);
+        if self.stats.segs_out > 0 && self.snd_nxt == self.iss && self.rtx_series_start.is_some() {
+            self.stats.retrans_segs += 1;
+        }
+        self.snd_nxt = self.iss + 1;
+        if self.rtx_series_start.is_none() {
+            self.rtx_series_start = Some(now);
+        }
+        self.rtt_timed = if self.syn_retransmitted {
+            None
+        } else {
+            Some((self.iss + 1, now))
+        };
+        self.rtx_deadline = Some(now + self.rtt.rto());
+        self.ack_now = false;
+        self.last_ack_sent = self.rcv_nxt;
+        self.stats.segs_out += 1;
+        Outgoing {
+            repr,
+            payload: (&[], &[]),
+        }
+    }
+
+    /// Builds a segment in a synchronized state and updates the send-side bookkeeping.
+    fn build(
+        &mut self,
+        now: Instant,
+        seq: SeqNum,
+        len: u32,
+        fin: bool,
+        kind: Kind,
+    ) -> Outgoing<'_> {
+        let mut flags = TcpFlags::ACK;
+        if fin {
+            flags |= TcpFlags::FIN;
+        }
+        if len > 0 && seq + len == self.data_end() {
+            flags |= TcpFlags::PSH;
+        }
+        let mut repr = self.base_repr(seq, flags);
+        repr.ack = self.rcv_nxt.raw();
+        repr.window = self.select_window(false);
+        if self.ts_ok {
+            repr.options.timestamps = Some((self.ts_now(now), self.ts_recent));
+        }
+        if self.sack_ok {
+            let mut blocks = [SackBlock::default(); 4];
+            let n = self.sack_blocks(&mut blocks);
+            if n > 0 {
+                repr.options.set_sack_blocks(&blocks[..n]);
+            }
+        }
+        // Urgent pointer (RFC 9293 §3.8.5): offset of the octet after the urgent data.
+        if let Some(up) = self.snd_up {
+            if up > seq {
+                repr.flags |= TcpFlags::URG;
+                repr.urgent = up.since(seq).min(65_535) as u16;
+            }
+        }
+        // Every segment acknowledges everything received.
+        self.last_ack_sent = self.rcv_nxt;
+        self.ack_now = false;
+        self.delack_deadline = None;
+        self.rcv_unacked_bytes = 0;
+        self.stats.segs_out += 1;
+
+        match kind {
+            Kind::Data => {
+                let end = seq + len + u32::from(fin);
+                if self.rtt_timed.is_none() && end > seq {
+                    self.rtt_timed = Some((end, now));
+                }
+                self.snd_nxt = end;
+                if len > 0 {
+                    self.stats.data_segs_out += 1;
+                    self.last_data_sent = now;
+                }
+                if self.rtx_deadline.is_none() {
+                    self.rtx_deadline = Some(now + self.rtt.rto());
+                }
+                self.persist_deadline = None;
+            }
+            Kind::Retransmit => {
+                self.last_data_sent = now;
+                if self.rtx_deadline.is_none() {
+                    self.rtx_deadline = Some(now + self.rtt.rto());
+                }
+            }
+            Kind::Probe => {
+                if self.keepalive_sent > 0 && self.snd_wnd > 0 {
+                    self.stats.keepalive_probes += 1;
+                } else {
+                    self.stats.window_probes += 1;
+                }
+            }
+            Kind::Ack => {}
+        }
+        let start = seq.since(self.snd_buf_seq) as usize;
+        let payload = if len == 0 || seq < self.snd_buf_seq {
+            (&[][..], &[][..])
+        } else {
+            let (a, b) = self.snd_buf.as_slices();
+            let end = (start + len as usize).min(self.snd_buf.len());
+            if end <= a.len() {
+                (&a[start..end], &[][..])
+            } else if start >= a.len() {
+                (&b[start - a.len()..end - a.len()], &[][..])
+            } else {
+                (&a[start..], &b[..end - a.len()])
+            }
+        };
+        Outgoing { repr, payload }
+    }
+}

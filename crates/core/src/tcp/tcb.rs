@@ -1,0 +1,940 @@
+//! The transmission control block: one connection's state and its application interface.
+//!
+//! This file holds the `Tcb` fields, its constructors (active and passive open), the
+//! application calls (send, recv, shutdown, close, abort, options) and accessors. Segment
+//! arrival is in `input.rs`, segment generation in `output.rs`, timers in `timers.rs`.
+//!
+//! # Invariants
+//! * `snd_una <= snd_nxt`; `snd_buf[0]` is the octet with sequence `snd_buf_seq`, and
+//!   `snd_buf_seq == snd_una` once the SYN is acknowledged (before that `iss + 1`).
+//! * The FIN, once queued (`fin_queued`), has sequence `snd_buf_seq + snd_buf.len()`.
+//! * `rcv_off` is the stream offset of `rcv_nxt`; out-of-order data is held in `ooo` at
+//!   stream offsets above `rcv_off`, never beyond the advertised right edge `rcv_adv`.
+//! * Memory: the send buffer never exceeds its size, the receive side never holds more
+//!   than the advertised window (plus the rounding of window scaling), the scoreboard and
+//!   the assembler are bounded by tunables. No input can grow a `Tcb` without bound.
+
+use super::assembler::Assembler;
+use super::cc::{Cc, CongestionControl};
+use super::rtt::RttEstimator;
+use super::sack::Scoreboard;
+use super::seq::SeqNum;
+use super::{Events, State, TcpError, TcpSettings};
+use crate::time::Instant;
+use crate::wire::{TcpFlags, TcpRepr};
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+
+/// Largest window without scaling (RFC 9293 §3.1).
+pub(super) const MAX_WINDOW: u32 = 65_535;
+/// Largest window-scale shift (RFC 7323 §2.3).
+pub(super) const MAX_WSCALE: u8 = 14;
+/// IPv4 + TCP fixed header bytes.
+pub(super) const IP_TCP_HEADERS: u32 = 40;
+/// Linux's quick-ACK budget at connection start and after idle.
+pub(super) const QUICKACK_SEGMENTS: u32 = 16;
+
+/// Per-connection counters (summed by the owner into MIB-II style totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcbStats {
+    pub segs_in: u64,
+    pub segs_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub data_segs_out: u64,
+    pub retrans_segs: u64,
+    pub retrans_bytes: u64,
+    pub fast_retransmits: u64,
+    pub timeouts: u64,
+    pub dup_acks_in: u64,
+    pub ooo_segs_in: u64,
+    pub dup_segs_in: u64,
+    pub dsacks_sent: u64,
+    pub dsacks_in: u64,
+    pub challenge_acks: u64,
+    pub paws_drops: u64,
+    pub rsts_out: u64,
+    pub rsts_in: u64,
+    pub acks_delayed: u64,
+    pub window_probes: u64,
+    pub keepalive_probes: u64,
+    pub zero_window_adv: u64,
+    pub rcv_drops_full: u64,
+    pub bad_acks: u64,
+    pub recoveries: u64,
+    pub rtt_samples: u64,
+}
+
+/// A `tcp_info`-like snapshot of one connection (for netstat and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcbInfo {
+    pub state: State,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    pub snd_una: u32,
+    pub snd_nxt: u32,
+    pub rcv_nxt: u32,
+    pub snd_wnd: u32,
+    pub rcv_wnd: u32,
+    pub snd_mss: u32,
+    pub rcv_mss: u32,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub srtt: Option<Duration>,
+    pub rttvar: Duration,
+    pub rto: Duration,
+    pub min_rtt: Option<Duration>,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub send_queued: usize,
+    pub recv_queued: usize,
+    pub ooo_bytes: usize,
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    pub timestamps: bool,
+    pub sack: bool,
+    pub in_recovery: bool,
+    pub backoff: u32,
+    pub cc: &'static str,
+    pub stats: TcbStats,
+}
+
+/// Where loss recovery stands (RFC 6675 §5, RFC 6582, RFC 6298 §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recovery {
+    /// No loss being repaired.
+    Open,
+    /// Fast recovery after duplicate ACKs or SACK loss detection, until `recover` is acked.
+    Fast,
+    /// Retransmitting after an RTO, until `recover` is acked.
+    Loss,
+}
+
+/// A segment ready to go out: the header to emit and the payload (up to two slices of
+/// the send buffer, which is a ring).
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    pub repr: TcpRepr,
+    pub payload: (&'a [u8], &'a [u8]),
+}
+
+impl Outgoing<'_> {
+    /// Payload bytes.
+    pub fn payload_len(&self) -> usize {
+        self.payload.0.len() + self.payload.1.len()
+    }
+
+    /// Copies the payload into `dst` (which must hold `payload_len()` bytes).
+    pub fn copy_payload(&self, dst: &mut [u8]) {
+        let a = self.payload.0.len();
+        dst[..a].copy_from_slice(self.payload.0);
+        dst[a..a + self.payload.1.len()].copy_from_slice(self.payload.1);
+    }
+}
+
+/// One TCP connection (RFC 9293 §3.3.1 "transmission control block").
+#[derive(Debug)]
+pub struct Tcb {
+    pub(super) local: SocketAddrV4,
+    pub(super) remote: SocketAddrV4,
+    pub(super) state: State,
+    pub(super) set: TcpSettings,
+    pub(super) passive: bool,
+
+    // Send sequence variables (RFC 9293 §3.3.1).
+    pub(super) iss: SeqNum,
+    pub(super) snd_una: SeqNum,
+    /// Next new sequence number to send ("SND.NXT"; retransmissions do not move it).
+    pub(super) snd_nxt: SeqNum,
+    pub(super) snd_wnd: u32,
+    pub(super) snd_wl1: SeqNum,
+    pub(super) snd_wl2: SeqNum,
+    pub(super) max_snd_wnd: u32,
+    /// Urgent pointer to send: the sequence number of the octet after the urgent data.
+    pub(super) snd_up: Option<SeqNum>,
+    pub(super) snd_buf: VecDeque<u8>,
+    pub(super) snd_buf_seq: SeqNum,
+    pub(super) snd_cap: u32,
+    pub(super) fin_queued: bool,
+
+    // Receive sequence variables.
+    pub(super) irs: SeqNum,
+    pub(super) rcv_nxt: SeqNum,
+    /// Right edge of the window last advertised (never moves left, RFC 9293 §3.8.6.2.2).
+    pub(super) rcv_adv: SeqNum,
+    pub(super) rcv_off: u64,
+    pub(super) rcv_buf: VecDeque<u8>,
+    pub(super) rcv_cap: u32,
+    pub(super) ooo: Assembler,
+    /// Stream offset of a FIN that arrived out of order.
+    pub(super) ooo_fin: Option<u64>,
+    pub(super) fin_rcvd: bool,
+    /// Stream offset one past the last urgent octet announced by the peer.
+    pub(super) rcv_up: Option<u64>,
+    /// Most recently received out-of-order stream offsets, for SACK block order (RFC 2018 §4).
+    pub(super) sack_recent: [Option<u64>; 4],
+    /// A duplicate range to report as D-SACK in the next ACK (RFC 2883).
+    pub(super) dsack: Option<(SeqNum, SeqNum)>,
+
+    // Negotiated options.
+    pub(super) snd_wscale: u8,
+    pub(super) rcv_wscale: u8,
+    pub(super) ts_ok: bool,
+    pub(super) ts_recent: u32,
+    pub(super) ts_recent_time: Instant,
+    pub(super) ts_offset: u32,
+    pub(super) sack_ok: bool,
+    pub(super) peer_mss: u32,
+    /// Path MTU (IP bytes).
+    pub(super) pmtu: u32,
+    /// MSS we advertise.
+    pub(super) adv_mss: u32,
+    /// Estimated size of the peer's full segments, for the ACK-every-second-segment rule.
+    pub(super) rcv_mss: u32,
+    pub(super) last_ack_sent: SeqNum,
+
+    // ACK generation.
+    pub(super) ack_now: bool,
+    pub(super) rcv_unacked_bytes: u32,
+    pub(super) quickack: u32,
+    pub(super) last_rcv_data: Instant,
+
+    // Congestion control and loss recovery.
+    pub(super) cc: Cc,
+    pub(super) rtt: RttEstimator,
+    /// The segment being timed for an RTT sample (Karn): (end sequence, send time).
+    pub(super) rtt_timed: Option<(SeqNum, Instant)>,
+    pub(super) sb: Scoreboard,
+    pub(super) recovery: Recovery,
+    /// RFC 6675 RecoveryPoint / RFC 6582 "recover".
+    pub(super) recover: SeqNum,
+    /// Everything in [snd_una, high_rxt) has been retransmitted in this episode.
+    pub(super) high_rxt: SeqNum,
+    pub(super) dupacks: u32,
+    /// NewReno (no SACK) fast-recovery window (RFC 6582 §3.2, with inflation).
+    pub(super) reno_cwnd: u32,
+    /// Output was blocked by cwnd since the last ACK (cwnd validation).
+    pub(super) cwnd_blocked: bool,
+    pub(super) last_data_sent: Instant,
+    /// ssthresh was already lowered for the current run of RTOs.
+    pub(super) rto_reduced: bool,
+
+    // Timers.
+    pub(super) rtx_deadline: Option<Instant>,
+    /// When the current series of unanswered retransmissions began (for R2).
+    pub(super) rtx_series_start: Option<Instant>,
+    pub(super) persist_deadline: Option<Instant>,
+    pub(super) persist_backoff: u32,
+    pub(super) probe_pending: bool,
+    pub(super) delack_deadline: Option<Instant>,
+    pub(super) keepalive_deadline: Option<Instant>,
+    pub(super) keepalive_sent: u32,
+    pub(super) state_deadline: Option<Instant>,
+    pub(super) cork_deadline: Option<Instant>,
+    pub(super) last_rcv: Instant,
+    pub(super) last_invalid_ack: Option<Instant>,
+    pub(super) syn_retransmitted: bool,
+
+    // Application-side state.
+    pub(super) nodelay: bool,
+    pub(super) cork: bool,
+    pub(super) keepalive: bool,
+    pub(super) user_timeout: Option<Duration>,
+    /// close() was called: no further reads; data arriving is answered with RST.
+    pub(super) app_closed: bool,
+    pub(super) rst_pending: bool,
+    /// A RST to send in answer to an unacceptable segment: `<SEQ=seq><CTL=RST>`.
+    pub(super) rst_reply: Option<SeqNum>,
+    /// Both ends sent SYNs (simultaneous open; such connections are never fused).
+    pub(super) simultaneous: bool,
+    /// Retransmit the first unacknowledged segment at the next chance, whatever the
+    /// congestion window says (fast retransmit, NewReno partial ACK, RTO, path MTU).
+    pub(super) rtx_head: bool,
+    /// Window scaling was negotiated (both SYNs carried the option).
+    pub(super) ws_ok: bool,
+
+    pub(super) events: Events,
+    pub(super) error: Option<TcpError>,
+    pub(super) stats: TcbStats,
+}
+
+/// The identity and path of a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnSpec {
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    /// Initial send sequence number (RFC 6528).
+    pub iss: SeqNum,
+    /// Per-connection timestamp offset (RFC 7323 §7.1).
+    pub ts_offset: u32,
+    /// MTU of the route to the peer (IP bytes).
+    pub mtu: u32,
+}
+
+impl Tcb {
+    fn new(now: Instant, spec: ConnSpec, set: TcpSettings, passive: bool) -> Tcb {
+        let pmtu = spec.mtu.clamp(68, 65_535);
+        let adv_mss = pmtu
+            .saturating_sub(IP_TCP_HEADERS)
+            .clamp(set.mss_min.min(65_495), 65_495);
+        let rcv_cap = set.rcvbuf.clamp(2048, set.max_buf.max(2048));
+        let snd_cap = set.sndbuf.clamp(2048, set.max_buf.max(2048));
+        // RFC 7323 §2.3: the smallest shift that lets the window cover the buffer.
+        let wanted = rcv_cap.max(set.max_buf);
+        let mut rcv_wscale = 0u8;
+        while rcv_wscale < MAX_WSCALE && (wanted >> rcv_wscale) > MAX_WINDOW {
+            rcv_wscale += 1;
+        }
+        let mss = adv_mss;
+        let cc = Cc::new(set.cc, mss, set.init_cwnd);
+        let rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
+        let sb = Scoreboard::new(set.sack_max_ranges as usize);
+        let ooo = Assembler::new(
+            rcv_cap as usize + (1 << MAX_WSCALE),
+            set.reass_max_segs as usize,
+        );
+        Tcb {
+            local: spec.local,
+            remote: spec.remote,
+            state: State::Closed,
+            passive,
+            iss: spec.iss,
+            snd_una: spec.iss,
+            snd_nxt: spec.iss,
+            snd_wnd: 0,
+            snd_wl1: SeqNum(0),
+            snd_wl2: spec.iss,
+            max_snd_wnd: 0,
+            snd_up: None,
+            snd_buf: VecDeque::new(),
+            snd_buf_seq: spec.iss + 1,
+            snd_cap,
+            fin_queued: false,
+            irs: SeqNum(0),
+            rcv_nxt: SeqNum(0),
+            rcv_adv: SeqNum(0),
+            rcv_off: 0,
+            rcv_buf: VecDeque::new(),
+            rcv_cap,
+            ooo,
+            ooo_fin: None,
+            fin_rcvd: false,
+            rcv_up: None,
+            sack_recent: [None; 4],
+            dsack: None,
+            snd_wscale: 0,
+            rcv_wscale: if set.wscale || passive { rcv_wscale } else { 0 },
+            ts_ok: false,
+            ts_recent: 0,
+            ts_recent_time: now,
+            ts_offset: spec.ts_offset,
+            sack_ok: false,
+            peer_mss: set.mss_def,
+            pmtu,
+            adv_mss,
+            rcv_mss: set.mss_def.min(adv_mss),
+            last_ack_sent: SeqNum(0),
+            ack_now: false,
+            rcv_unacked_bytes: 0,
+            quickack: QUICKACK_SEGMENTS,
+            last_rcv_data: now,
+            cc,
+            rtt,
+            rtt_timed: None,
+            sb,
+            recovery: Recovery::Open,
+            recover: spec.iss,
+            high_rxt: spec.iss,
+            dupacks: 0,
+            reno_cwnd: 0,
+            cwnd_blocked: false,
+            last_data_sent: now,
+            rto_reduced: false,
+            rtx_deadline: None,
+            rtx_series_start: None,
+            persist_deadline: None,
+            persist_backoff: 0,
+            probe_pending: false,
+            delack_deadline: None,
+            keepalive_deadline: None,
+            keepalive_sent: 0,
+            state_deadline: None,
+            cork_deadline: None,
+            last_rcv: now,
+            last_invalid_ack: None,
+            syn_retransmitted: false,
+            nodelay: false,
+            cork: false,
+            keepalive: false,
+            user_timeout: None,
+            app_closed: false,
+            rst_pending: false,
+            rst_reply: None,
+            simultaneous: false,
+            rtx_head: false,
+            ws_ok: false,
+            events: Events::default(),
+            error: None,
+            stats: TcbStats::default(),
+            set,
+        }
+    }
+
+    /// Active open (RFC 9293 §3.10.1): the `Tcb` starts in SYN-SENT and its first
+    /// `poll_transmit` yields the SYN.
+    pub fn connect(now: Instant, spec: ConnSpec, set: TcpSettings) -> Tcb {
+        let mut t = Tcb::new(now, spec, set, false);
+        t.state = State::SynSent;
+        t.sack_ok = t.set.sack >= 2;
+        t.ts_ok = t.set.tstamp;
+        t
+    }
+
+    /// Passive open from a listener (RFC 9293 §3.10.7.2): `syn` is the SYN that arrived
+    /// in LISTEN. The `Tcb` starts in SYN-RECEIVED and its first `poll_transmit` yields
+    /// the SYN,ACK. Options are accepted as offered (RFC 7323 §2.2, §3.2; RFC 2018 §2).
+    pub fn accept(now: Instant, spec: ConnSpec, set: TcpSettings, syn: &TcpRepr) -> Tcb {
+        let mut t = Tcb::new(now, spec, set, true);
+        t.state = State::SynReceived;
+        t.irs = SeqNum(syn.seq);
+        t.rcv_nxt = t.irs + 1;
+        t.rcv_adv = t.rcv_nxt;
+        t.last_ack_sent = t.rcv_nxt;
+        t.apply_syn_options(now, syn);
+        // The SYN's window is never scaled (RFC 7323 §2.2).
+        t.snd_wnd = u32::from(syn.window);
+        t.max_snd_wnd = t.snd_wnd;
+        t.snd_wl1 = t.irs;
+        t.snd_wl2 = t.iss;
+        t.ack_now = true;
+        t
+    }
+
+    /// Applies the options of a received SYN (RFC 9293 §3.7.1 MSS; RFC 7323 §2.2, §3.2;
+    /// RFC 2018 §2).
+    pub(super) fn apply_syn_options(&mut self, now: Instant, syn: &TcpRepr) {
+        let o = &syn.options;
+        // MSS (RFC 9293 §3.7.1, MUST-14/15): default 536 when absent; RFC 6691: it
+        // excludes options.
+        self.peer_mss = o.mss.map(u32::from).unwrap_or(self.set.mss_def);
+        match o.window_scale {
+            Some(ws) if self.set.wscale || self.passive => {
+                // RFC 7323 §2.3: a shift above 14 is used as 14.
+                self.snd_wscale = ws.min(MAX_WSCALE);
+                self.ws_ok = true;
+            }
+            _ => {
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+                self.ws_ok = false;
+            }
+        }
+        let sack_allowed = if self.passive {
+            self.set.sack >= 1
+        } else {
+            self.set.sack >= 2
+        };
+        self.sack_ok = o.sack_permitted && sack_allowed;
+        match o.timestamps {
+            Some((tsval, _)) if self.passive || self.set.tstamp => {
+                self.ts_ok = true;
+                self.ts_recent = tsval;
+                self.ts_recent_time = now;
+            }
+            _ => self.ts_ok = false,
+        }
+        self.update_mss();
+    }
+
+    /// Tells congestion control the send MSS after the peer's MSS or the path MTU changed.
+    pub(super) fn update_mss(&mut self) {
+        let mss = self.mss();
+        self.cc.set_mss(mss);
+    }
+
+    /// Payload bytes per full segment: the peer's MSS and the path MTU (RFC 9293
+    /// §3.7.1), no less than `tcp_mss_min`, minus the options every segment carries
+    /// (RFC 6691).
+    pub fn mss(&self) -> u32 {
+        let by_path = self.pmtu.saturating_sub(IP_TCP_HEADERS);
+        let mss = self.peer_mss.min(by_path).max(self.set.mss_min);
+        let opts = if self.ts_ok { 12 } else { 0 };
+        mss.saturating_sub(opts).max(1)
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Application interface.
+    // ----------------------------------------------------------------------------------
+
+    /// Appends data to the send buffer (RFC 9293 §3.10.2 SEND). Returns how many bytes
+    /// were taken; `Err(WouldBlock)` when the buffer is full. Data is sent by the next
+    /// `poll_transmit` calls, subject to the windows, Nagle and cork.
+    pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<usize, TcpError> {
+        self.send_inner(now, data, false)
+    }
+
+    /// Sends data with the urgent flag (RFC 9293 §3.8.5): the urgent pointer marks the
+    /// octet after the last byte taken.
+    pub fn send_urgent(&mut self, now: Instant, data: &[u8]) -> Result<usize, TcpError> {
+        self.send_inner(now, data, true)
+    }
+
+    fn send_inner(&mut self, now: Instant, data: &[u8], urgent: bool) -> Result<usize, TcpError> {
+        if let Some(e) = self.error {
+            return Err(if e == TcpError::WouldBlock {
+                TcpError::BrokenPipe
+            } else {
+                e
+            });
+        }
+        match self.state {
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait => {}
+            State::Closed | State::Listen => return Err(TcpError::NotConnected),
+            _ => return Err(TcpError::BrokenPipe),
+        }
+        if self.fin_queued || self.app_closed {
+            return Err(TcpError::BrokenPipe);
+        }
+        let space = (self.snd_cap as usize).saturating_sub(self.snd_buf.len());
+        if space == 0 {
+            return Err(TcpError::WouldBlock);
+        }
+        let n = space.min(data.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        // RFC 5681 §4.1: restart from the initial window after an idle period.
+        if self.set.slow_start_after_idle
+            && self.snd_una == self.snd_nxt
+            && self.state.is_synchronized()
+            && now.saturating_duration_since(self.last_data_sent) > self.rtt.rto()
+            && self.stats.data_segs_out > 0
+        {
+            self.cc.on_idle_restart(now);
+        }
+        self.snd_buf.extend(&data[..n]);
+        if urgent {
+            self.snd_up = Some(self.snd_buf_seq + self.snd_buf.len() as u32);
+        }
+        if self.cork && self.cork_deadline.is_none() {
+            self.cork_deadline = Some(now + self.set.cork_interval);
+        }
+        Ok(n)
+    }
+
+    /// Free space in the send buffer.
+    pub fn send_space(&self) -> usize {
+        if self.fin_queued || self.app_closed {
+            return 0;
+        }
+        (self.snd_cap as usize).saturating_sub(self.snd_buf.len())
+    }
+
+    /// Bytes written but not yet acknowledged (or not yet sent).
+    pub fn send_queued(&self) -> usize {
+        self.snd_buf.len()
+    }
+
+    /// Bytes of the send buffer not yet sent at all.
+    pub fn send_unsent(&self) -> usize {
+        let sent = self.snd_nxt.since(self.snd_buf_seq) as usize;
+        self.snd_buf.len().saturating_sub(sent)
+    }
+
+    /// Reads in-order data (RFC 9293 §3.10.3 RECEIVE). `Ok(0)` means end of stream (the
+    /// peer's FIN was received and everything before it read). `Err(WouldBlock)` when
+    /// nothing is available yet.
+    pub fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Result<usize, TcpError> {
+        let n = self.peek(buf)?;
+        if n > 0 {
+            self.rcv_buf.drain(..n);
+            self.after_read(now);
+        }
+        Ok(n)
+    }
+
+    /// Like [`Tcb::recv`] but leaves the data in the buffer (MSG_PEEK).
+    pub fn peek(&self, buf: &mut [u8]) -> Result<usize, TcpError> {
+        if self.rcv_buf.is_empty() {
+            if self.fin_rcvd || buf.is_empty() {
+                return Ok(0);
+            }
+            if let Some(e) = self.error {
+                return Err(e);
+            }
+            return match self.state {
+                State::Closed | State::Listen => Err(TcpError::NotConnected),
+                State::TimeWait | State::Closing | State::LastAck | State::CloseWait => Ok(0),
+                _ => Err(TcpError::WouldBlock),
+            };
+        }
+        let n = buf.len().min(self.rcv_buf.len());
+        let (a, b) = self.rcv_buf.as_slices();
+        let na = n.min(a.len());
+        buf[..na].copy_from_slice(&a[..na]);
+        if n > na {
+            buf[na..n].copy_from_slice(&b[..n - na]);
+        }
+        Ok(n)
+    }
+
+    /// In-order bytes ready to read.
+    pub fn recv_available(&self) -> usize {
+        self.rcv_buf.len()
+    }
+
+    /// The peer's FIN has been received and all data before it read (EOF).
+    pub fn at_eof(&self) -> bool {
+        self.fin_rcvd && self.rcv_buf.is_empty()
+    }
+
+    /// Bytes of unread data before the urgent mark, if urgent data is pending
+    /// (for `SIOCATMARK`-style queries).
+    pub fn urgent_mark(&self) -> Option<usize> {
+        let up = self.rcv_up?;
+        let read_upto = self.rcv_off - self.rcv_buf.len() as u64;
+        if up <= read_upto {
+            return None;
+        }
+        Some((up - 1 - read_upto) as usize)
+    }
+
+    /// After the application read: maybe send a window update (RFC 9293 §3.8.6.2.2).
+    fn after_read(&mut self, _now: Instant) {
+        if !self.state.is_synchronized() || self.fin_rcvd {
+            return;
+        }
+        let adv = self.rcv_adv.since(self.rcv_nxt);
+        let free = self.rcv_cap.saturating_sub(self.rcv_buf.len() as u32);
+        let threshold = (self.rcv_cap / 2).min(self.rcv_mss.max(1));
+        // Announce the opening once it is worth a segment and at least doubles what the
+        // peer believes, or whenever the peer sees (nearly) no window at all.
+        if free >= adv + threshold && (free >= 2 * adv || adv < self.rcv_mss) {
+            self.ack_now = true;
+        }
+    }
+
+    /// shutdown(SHUT_WR) (RFC 9293 §3.10.4 CLOSE of the sending side): queue a FIN after
+    /// the buffered data. The FIN goes out at once (on the last data segment or alone);
+    /// it is never held for Nagle or cork.
+    pub fn shutdown_write(&mut self, now: Instant) -> Result<(), TcpError> {
+        match self.state {
+            State::SynSent => {
+                // Nothing was sent: the connection simply goes away.
+                self.enter_closed(now);
+                Ok(())
+            }
+            State::SynReceived | State::Established => {
+                self.fin_queued = true;
+                self.state = if self.state == State::SynReceived {
+                    // RFC 9293: queue the FIN until ESTABLISHED.
+                    State::SynReceived
+                } else {
+                    State::FinWait1
+                };
+                Ok(())
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.state = State::LastAck;
+                Ok(())
+            }
+            State::Closed | State::Listen => Err(TcpError::NotConnected),
+            // Already closing.
+            _ => Ok(()),
+        }
+    }
+
+    /// close(): the application gives up the connection. Unread data makes it a reset
+    /// (RFC 2525 §2.17, as Linux does); otherwise a FIN as in [`Tcb::shutdown_write`].
+    /// The `Tcb` lives on (FIN_WAIT_2 is bounded by `tcp_fin_wait_2_flush_interval`,
+    /// TIME_WAIT by `tcp_time_wait_interval`) until it reports [`Events::CLOSED`].
+    pub fn close(&mut self, now: Instant) {
+        self.app_closed = true;
+        if !self.rcv_buf.is_empty() && self.state.is_synchronized() {
+            self.abort(now);
+            return;
+        }
+        self.rcv_buf.clear();
+        let _ = self.shutdown_write(now);
+        if self.state == State::FinWait2 {
+            self.state_deadline = Some(now + self.set.fin_wait_2);
+        }
+    }
+
+    /// Abort (RFC 9293 §3.10.5 ABORT, SO_LINGER 0): send a RST if synchronized and drop
+    /// everything.
+    pub fn abort(&mut self, now: Instant) {
+        self.app_closed = true;
+        match self.state {
+            State::SynReceived
+            | State::Established
+            | State::FinWait1
+            | State::FinWait2
+            | State::CloseWait => {
+                self.rst_pending = true;
+            }
+            _ => {}
+        }
+        if self.error.is_none() {
+            self.error = Some(TcpError::Aborted);
+        }
+        self.snd_buf.clear();
+        self.rcv_buf.clear();
+        self.ooo.clear();
+        if !self.rst_pending {
+            self.enter_closed(now);
+        } else {
+            self.state = State::Closed;
+            self.clear_timers();
+        }
+    }
+
+    /// Moves to CLOSED, stops every timer and tells the owner the `Tcb` can go.
+    pub(super) fn enter_closed(&mut self, _now: Instant) {
+        self.state = State::Closed;
+        self.clear_timers();
+        self.events
+            .insert(Events::CLOSED | Events::READABLE | Events::WRITABLE);
+    }
+
+    pub(super) fn clear_timers(&mut self) {
+        self.rtx_deadline = None;
+        self.persist_deadline = None;
+        self.delack_deadline = None;
+        self.keepalive_deadline = None;
+        self.state_deadline = None;
+        self.cork_deadline = None;
+        self.probe_pending = false;
+    }
+
+    /// The connection failed with `e` (reported to the application) and is gone.
+    pub(super) fn fail(&mut self, now: Instant, e: TcpError) {
+        self.error = Some(e);
+        self.events.insert(Events::ERROR);
+        self.snd_buf.clear();
+        self.ooo.clear();
+        self.enter_closed(now);
+    }
+
+    /// TCP_NODELAY: disable Nagle (RFC 896).
+    pub fn set_nodelay(&mut self, on: bool) {
+        self.nodelay = on;
+    }
+
+    /// TCP_CORK (Linux semantics): while on, partial segments wait until the cork is
+    /// removed or `tcp_cork_interval` passes.
+    pub fn set_cork(&mut self, now: Instant, on: bool) {
+        self.cork = on;
+        if on {
+            if self.send_unsent() > 0 && self.cork_deadline.is_none() {
+                self.cork_deadline = Some(now + self.set.cork_interval);
+            }
+        } else {
+            self.cork_deadline = None;
+        }
+    }
+
+    /// SO_KEEPALIVE (RFC 9293 §3.8.4): probe an idle connection.
+    pub fn set_keepalive(&mut self, now: Instant, on: bool) {
+        self.keepalive = on;
+        self.keepalive_sent = 0;
+        self.keepalive_deadline = if on && self.state.is_synchronized() {
+            Some(now + self.set.keepalive_idle)
+        } else {
+            None
+        };
+    }
+
+    /// Keepalive timing (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT).
+    pub fn set_keepalive_params(&mut self, idle: Duration, intvl: Duration, probes: u32) {
+        self.set.keepalive_idle = idle.max(Duration::from_millis(1));
+        self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
+        self.set.keepalive_probes = probes.max(1);
+    }
+
+    /// TCP_USER_TIMEOUT (RFC 9293 §3.8.3 USER TIMEOUT, RFC 5482): abort when sent data
+    /// stays unacknowledged this long. `None` uses R2 (`tcp_ip_abort_interval`).
+    pub fn set_user_timeout(&mut self, t: Option<Duration>) {
+        self.user_timeout = t.filter(|d| !d.is_zero());
+    }
+
+    /// SO_SNDBUF: resize the send buffer (bounded by `tcp_max_buf`).
+    pub fn set_send_buffer(&mut self, bytes: usize) {
+        let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.set.max_buf.max(2048));
+        self.snd_cap = b.max(self.snd_buf.len().min(u32::MAX as usize) as u32);
+    }
+
+    /// SO_RCVBUF: resize the receive buffer (bounded by `tcp_max_buf`; the window never
+    /// shrinks below what was already advertised).
+    pub fn set_recv_buffer(&mut self, bytes: usize) {
+        let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.set.max_buf.max(2048));
+        self.rcv_cap = b;
+        self.ooo.set_limits(
+            b as usize + (1 << MAX_WSCALE),
+            self.set.reass_max_segs as usize,
+        );
+    }
+
+    /// Path MTU reported by ICMP "fragmentation needed" (RFC 1191, RFC 5927 §4.1: the
+    /// owner has already checked the quoted sequence number). Only decreases are taken;
+    /// outstanding data is resent at the new size without a congestion response.
+    pub fn on_path_mtu(&mut self, now: Instant, mtu: u32) {
+        let mtu = mtu.max(68);
+        if mtu >= self.pmtu {
+            return;
+        }
+        self.pmtu = mtu;
+        self.update_mss();
+        if self.snd_una != self.snd_nxt && self.state.is_synchronized() {
+            // Resend from snd_una at the new size (Linux tcp_simple_retransmit).
+            self.high_rxt = self.snd_una;
+            if self.recovery == Recovery::Open {
+                self.recovery = Recovery::Loss;
+                self.recover = self.snd_nxt;
+            }
+            self.rtt_timed = None;
+            let _ = now;
+        }
+    }
+
+    /// An ICMP destination-unreachable (not "fragmentation needed") names this
+    /// connection. A SYN-SENT connection fails with EHOSTUNREACH after it has retried;
+    /// an established one only records it (RFC 1122 §4.2.3.9: soft error).
+    pub fn on_unreachable(&mut self, now: Instant, hard: bool) {
+        if self.state == State::SynSent && (hard || self.syn_retransmitted) {
+            self.fail(now, TcpError::Unreachable);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Accessors.
+    // ----------------------------------------------------------------------------------
+
+    /// Events since the last call.
+    pub fn take_events(&mut self) -> Events {
+        core::mem::take(&mut self.events)
+    }
+
+    /// The pending error, if the connection failed.
+    pub fn error(&self) -> Option<TcpError> {
+        self.error
+    }
+
+    /// Takes the pending error (SO_ERROR).
+    pub fn take_error(&mut self) -> Option<TcpError> {
+        self.error.take()
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn local(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    pub fn remote(&self) -> SocketAddrV4 {
+        self.remote
+    }
+
+    /// True once the `Tcb` is CLOSED and has nothing left to send: the owner may drop it.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed && !self.rst_pending
+    }
+
+    /// Both ends opened actively at once (RFC 9293 §3.5).
+    pub fn is_simultaneous_open(&self) -> bool {
+        self.simultaneous
+    }
+
+    /// The connection was opened by a listener.
+    pub fn is_passive(&self) -> bool {
+        self.passive
+    }
+
+    pub fn stats(&self) -> &TcbStats {
+        &self.stats
+    }
+
+    /// `snd_una`, for ICMP validation (RFC 5927 §4.1) and for the fusion hand-off.
+    pub fn snd_una(&self) -> SeqNum {
+        self.snd_una
+    }
+
+    pub fn snd_nxt(&self) -> SeqNum {
+        self.snd_nxt
+    }
+
+    pub fn rcv_nxt(&self) -> SeqNum {
+        self.rcv_nxt
+    }
+
+    /// RFC 6191: may a SYN with this sequence number and timestamp reopen the
+    /// connection while it is in TIME_WAIT? (Timestamps newer than the last seen, or,
+    /// without timestamps, a sequence number above RCV.NXT.)
+    pub fn time_wait_accepts_syn(&self, syn: &TcpRepr) -> bool {
+        if self.state != State::TimeWait || !syn.flags.syn() || syn.flags.ack() {
+            return false;
+        }
+        match (self.ts_ok, syn.options.timestamps) {
+            (true, Some((tsval, _))) => (tsval.wrapping_sub(self.ts_recent) as i32) > 0,
+            (true, None) | (false, _) => SeqNum(syn.seq) > self.rcv_nxt,
+        }
+    }
+
+    /// A `tcp_info`-like snapshot.
+    pub fn info(&self) -> TcbInfo {
+        TcbInfo {
+            state: self.state,
+            local: self.local,
+            remote: self.remote,
+            snd_una: self.snd_una.raw(),
+            snd_nxt: self.snd_nxt.raw(),
+            rcv_nxt: self.rcv_nxt.raw(),
+            snd_wnd: self.snd_wnd,
+            rcv_wnd: self.rcv_adv.since(self.rcv_nxt),
+            snd_mss: self.mss(),
+            rcv_mss: self.rcv_mss,
+            cwnd: self.cc.cwnd(),
+            ssthresh: self.cc.ssthresh(),
+            srtt: self.rtt.srtt(),
+            rttvar: self.rtt.rttvar(),
+            rto: self.rtt.rto(),
+            min_rtt: self.rtt.min_rtt(),
+            unacked: self.snd_nxt.since(self.snd_una),
+            sacked: self.sb.sacked_bytes(),
+            send_queued: self.snd_buf.len(),
+            recv_queued: self.rcv_buf.len(),
+            ooo_bytes: self.ooo.bytes(),
+            snd_wscale: self.snd_wscale,
+            rcv_wscale: self.rcv_wscale,
+            timestamps: self.ts_ok,
+            sack: self.sack_ok,
+            in_recovery: self.recovery != Recovery::Open,
+            backoff: self.rtt.backoff(),
+            cc: self.cc.name(),
+            stats: self.stats,
+        }
+    }
+
+    /// Timestamp clock value for `now` (RFC 7323 §5.4: 1 ms ticks plus the offset).
+    pub(super) fn ts_now(&self, now: Instant) -> u32 {
+        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// The header fields common to every segment this `Tcb` sends.
+    pub(super) fn base_repr(&self, seq: SeqNum, flags: TcpFlags) -> TcpRepr {
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq: seq.raw(),
+            ack: 0,
+            flags,
+            window: 0,
+            urgent: 0,
+            options: Default::default(),
+        }
+    }
+}

@@ -1,0 +1,746 @@
+//! # ember-sim: a deterministic network simulator for ember's protocol core
+//!
+//! Several hosts (each an `ember_core::Host`: ARP, IP, ICMP, UDP, TCP) are joined by
+//! in-memory Ethernet links (`ember_runtime::dev`) that lose, duplicate, reorder, corrupt
+//! and delay frames and limit bandwidth, all from one seed. A virtual clock jumps from
+//! one deadline to the next (the earliest frame arrival or host timer), so hours of
+//! simulated time take seconds and nothing sleeps. The same seed replays a run exactly:
+//! a failing seed is a bug report.
+//!
+//! A run opens `conns` TCP connections; each moves `bytes` pseudo-random bytes in both
+//! directions (or one, with `oneway`), half-closes, reads to end of stream, and closes.
+//! The receiver regenerates the stream and checks every byte. A run fails if a byte
+//! differs or is missing, a connection reports an error, a close does not complete, the
+//! network stalls, virtual time runs past the limit, or the code panics.
+
+pub mod stream;
+pub mod trace;
+
+use ember_core::host::{ConnId, Interface, ListenerId, SocketEvent};
+use ember_core::ip::IfaceId;
+use ember_core::tcp::{State, TcpError};
+use ember_core::wire::MacAddr;
+use ember_core::{Host, Instant, Params};
+use ember_runtime::dev::{End, ImpairConfig, Link, Switch};
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+use stream::StreamGen;
+
+/// The TCP port every simulated host listens on.
+pub const PORT: u16 = 5001;
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub seed: u64,
+    /// Impairment of every link direction.
+    pub impair: ImpairConfig,
+    /// Bytes per connection and direction.
+    pub bytes: u64,
+    pub conns: u32,
+    /// Hosts: 2 share a point-to-point link; more share a switch.
+    pub hosts: usize,
+    /// Data flows only from the connecting side.
+    pub oneway: bool,
+    /// Tunables for every host, applied after the automatic ones.
+    pub params: Vec<(String, String)>,
+    /// Vary TCP options, congestion control, Nagle and write sizes per seed.
+    pub vary: bool,
+    /// Give up (and fail) at this virtual time.
+    pub time_limit: Duration,
+    /// Raise socket buffers to twice the path's bandwidth-delay product (and the link
+    /// queue to one BDP), as an operator raises `tcp_max_buf` for a long fat path.
+    pub auto_buffers: bool,
+    /// Whether the link queue size was given explicitly (else it follows the BDP).
+    pub queue_explicit: bool,
+    /// Print every frame sent and delivered to standard error.
+    pub trace: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            impair: ImpairConfig {
+                delay: Duration::from_millis(5),
+                rate_bps: Some(100_000_000),
+                ..ImpairConfig::default()
+            },
+            bytes: 100_000,
+            conns: 1,
+            hosts: 2,
+            oneway: false,
+            params: Vec::new(),
+            vary: false,
+            time_limit: Duration::from_secs(3600),
+            auto_buffers: true,
+            queue_explicit: false,
+            trace: false,
+        }
+    }
+}
+
+/// The outcome of one seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    pub seed: u64,
+    pub ok: bool,
+    pub error: Option<String>,
+    /// Payload bytes delivered and checked (all connections, both directions).
+    pub bytes: u64,
+    /// Virtual time until the last connection finished (or the failure).
+    pub virtual_s: f64,
+    pub wall_s: f64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub frames: u64,
+    /// What `vary` chose, for the failure report.
+    pub variant: String,
+}
+
+/// One direction's application state at one end.
+#[derive(Debug)]
+struct Side {
+    host: usize,
+    id: Option<ConnId>,
+    tx: StreamGen,
+    to_send: u64,
+    sent: u64,
+    pending: Vec<u8>,
+    pend_off: usize,
+    chunk: usize,
+    shut: bool,
+    rx: StreamGen,
+    expect: u64,
+    got: u64,
+    eof: bool,
+    closed: bool,
+    check: Vec<u8>,
+}
+
+impl Side {
+    fn new(
+        host: usize,
+        tx: StreamGen,
+        to_send: u64,
+        rx: StreamGen,
+        expect: u64,
+        chunk: usize,
+    ) -> Side {
+        Side {
+            host,
+            id: None,
+            tx,
+            to_send,
+            sent: 0,
+            pending: Vec::new(),
+            pend_off: 0,
+            chunk,
+            shut: false,
+            rx,
+            expect,
+            got: 0,
+            eof: false,
+            closed: false,
+            check: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ConnRun {
+    client: Side,
+    server: Side,
+    server_addr: SocketAddrV4,
+    finished: bool,
+}
+
+enum Net {
+    P2p(Box<Link>),
+    Switched(Box<Switch>),
+}
+
+fn host_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, (i >> 8) as u8, (i & 0xff) as u8 + 1)
+}
+
+fn host_mac(i: usize) -> MacAddr {
+    MacAddr([0x02, 0, 0, 0, (i >> 8) as u8, i as u8 + 1])
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The bandwidth-delay product of the configured path, in bytes.
+pub fn bdp_bytes(impair: &ImpairConfig) -> u64 {
+    let rtt = impair.delay * 2 + impair.jitter;
+    match impair.rate_bps {
+        Some(r) => (r as f64 / 8.0 * rtt.as_secs_f64()) as u64,
+        None => 0,
+    }
+}
+
+/// Runs one seed.
+pub fn run(cfg: &SimConfig) -> RunReport {
+    let wall = std::time::Instant::now();
+    let mut sim = match Sim::new(cfg) {
+        Ok(s) => s,
+        Err(e) => return failed_report(cfg.seed, e),
+    };
+    let res = sim.run_inner();
+    sim.report(res.err(), wall.elapsed().as_secs_f64())
+}
+
+fn failed_report(seed: u64, error: String) -> RunReport {
+    RunReport {
+        seed,
+        ok: false,
+        error: Some(error),
+        bytes: 0,
+        virtual_s: 0.0,
+        wall_s: 0.0,
+        retransmits: 0,
+        timeouts: 0,
+        frames: 0,
+        variant: String::new(),
+    }
+}
+
+struct Sim {
+    cfg: SimConfig,
+    now: Instant,
+    hosts: Vec<Host>,
+    net: Net,
+    conns: Vec<ConnRun>,
+    /// (host, conn handle) → (conn index, is_server)
+    by_handle: HashMap<(usize, ConnId), (usize, bool)>,
+    /// (server host, client address) → conn index
+    by_peer: HashMap<(usize, SocketAddrV4), usize>,
+    listeners: Vec<ListenerId>,
+    frames: u64,
+    variant: String,
+    done_at: Option<Instant>,
+    buf: Vec<u8>,
+}
+
+impl Sim {
+    fn new(cfg: &SimConfig) -> Result<Sim, String> {
+        let mut cfg = cfg.clone();
+        cfg.hosts = cfg.hosts.max(2);
+        let mut rng = Rng(cfg.seed ^ 0x005e_ed0f_e1ba_u64);
+        let bdp = bdp_bytes(&cfg.impair);
+        if !cfg.queue_explicit && cfg.impair.rate_bps.is_some() {
+            cfg.impair.queue_bytes = cfg
+                .impair
+                .queue_bytes
+                .max(bdp as usize)
+                .max(cfg.impair.mtu * 4 + 64);
+        }
+        let mut base: Vec<(String, String)> = Vec::new();
+        if cfg.auto_buffers {
+            let want = (2 * bdp).max(1_048_576);
+            if want > 1_048_576 {
+                let max = want.next_power_of_two().min(1 << 30);
+                base.push(("tcp_max_buf".into(), max.to_string()));
+                base.push(("tcp_recv_hiwat".into(), want.min(max).to_string()));
+                base.push(("tcp_xmit_hiwat".into(), want.min(max).to_string()));
+            }
+        }
+        let mut variant = String::new();
+        let mut per_host: Vec<Vec<(String, String)>> = vec![Vec::new(); cfg.hosts];
+        if cfg.vary {
+            for (h, v) in per_host.iter_mut().enumerate() {
+                let sack = ["0", "1", "2"][rng.below(3) as usize];
+                let ts = ["0", "1"][rng.below(2) as usize];
+                let ws = ["0", "1"][rng.below(2) as usize];
+                let cc = ["cubic", "newreno"][rng.below(2) as usize];
+                variant.push_str(&format!("h{h}:sack={sack},ts={ts},ws={ws},cc={cc} "));
+                v.push(("tcp_sack_permitted".into(), sack.into()));
+                v.push(("tcp_tstamp_always".into(), ts.into()));
+                v.push(("tcp_wscale_always".into(), ws.into()));
+                v.push(("tcp_congestion_control".into(), cc.into()));
+            }
+        }
+        let mut hosts = Vec::new();
+        for (h, extra) in per_host.iter().enumerate() {
+            let mut params = Params::default();
+            let pairs: Vec<(&str, &str)> = base
+                .iter()
+                .chain(extra.iter())
+                .chain(cfg.params.iter())
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
+            if let Err(e) = params.set_many(&pairs) {
+                return Err(format!("bad tunables: {e}"));
+            }
+            let mut secret = [0u8; 16];
+            secret[..8].copy_from_slice(&rng.next().to_le_bytes());
+            secret[8..].copy_from_slice(&(h as u64).to_le_bytes());
+            let mut host = Host::new(params, secret);
+            let mtu = cfg.impair.mtu as u32;
+            host.add_interface(Interface {
+                mac: host_mac(h),
+                addr: host_addr(h),
+                prefix_len: 16,
+                mtu,
+            })
+            .map_err(|e| format!("interface: {e}"))?;
+            hosts.push(host);
+        }
+        let net = if cfg.hosts == 2 {
+            Net::P2p(Box::new(Link::symmetric(cfg.impair.clone(), cfg.seed)))
+        } else {
+            Net::Switched(Box::new(Switch::new(
+                cfg.hosts,
+                cfg.impair.clone(),
+                cfg.seed,
+            )))
+        };
+        let mut listeners = Vec::new();
+        for (h, host) in hosts.iter_mut().enumerate() {
+            let l = host
+                .tcp_listen(SocketAddrV4::new(host_addr(h), PORT), 1024)
+                .map_err(|e| format!("listen: {e}"))?;
+            listeners.push(l);
+        }
+        let mut conns = Vec::new();
+        for c in 0..cfg.conns {
+            let (a, b) = if cfg.hosts == 2 {
+                (0, 1)
+            } else {
+                let a = c as usize % cfg.hosts;
+                (a, (a + 1 + c as usize / cfg.hosts) % cfg.hosts)
+            };
+            let b = if a == b { (b + 1) % cfg.hosts } else { b };
+            let chunk = if cfg.vary {
+                [1460usize, 7000, 65_536, 1 + rng.below(3000) as usize][rng.below(4) as usize]
+            } else {
+                65_536
+            };
+            let back = if cfg.oneway { 0 } else { cfg.bytes };
+            conns.push(ConnRun {
+                client: Side::new(
+                    a,
+                    StreamGen::new(cfg.seed, c, 0),
+                    cfg.bytes,
+                    StreamGen::new(cfg.seed, c, 1),
+                    back,
+                    chunk,
+                ),
+                server: Side::new(
+                    b,
+                    StreamGen::new(cfg.seed, c, 1),
+                    back,
+                    StreamGen::new(cfg.seed, c, 0),
+                    cfg.bytes,
+                    chunk,
+                ),
+                server_addr: SocketAddrV4::new(host_addr(b), PORT),
+                finished: false,
+            });
+        }
+        Ok(Sim {
+            cfg,
+            now: Instant::ZERO,
+            hosts,
+            net,
+            conns,
+            by_handle: HashMap::new(),
+            by_peer: HashMap::new(),
+            listeners,
+            frames: 0,
+            variant,
+            done_at: None,
+            buf: vec![0; 65_536],
+        })
+    }
+
+    fn report(&self, error: Option<String>, wall_s: f64) -> RunReport {
+        let mut retransmits = 0;
+        let mut timeouts = 0;
+        for h in &self.hosts {
+            let s = h.stats();
+            retransmits += s.tcp.retrans_segs;
+            timeouts += s.tcp.tim_retrans;
+        }
+        let bytes = self.conns.iter().map(|c| c.client.got + c.server.got).sum();
+        let end = self.done_at.unwrap_or(self.now);
+        RunReport {
+            seed: self.cfg.seed,
+            ok: error.is_none(),
+            error,
+            bytes,
+            virtual_s: end.as_secs_f64(),
+            wall_s,
+            retransmits,
+            timeouts,
+            frames: self.frames,
+            variant: self.variant.clone(),
+        }
+    }
+
+    fn run_inner(&mut self) -> Result<(), String> {
+        // Open every connection at t = 0.
+        for i in 0..self.conns.len() {
+            let (h, to) = (self.conns[i].client.host, self.conns[i].server_addr);
+            let id = self.hosts[h]
+                .tcp_connect(self.now, to, None)
+                .map_err(|e| format!("connect {i}: {e}"))?;
+            if self.cfg.vary && self.cfg.seed % 3 == 0 {
+                self.hosts[h]
+                    .tcp_with(self.now, id, |t| t.set_nodelay(true))
+                    .ok();
+            }
+            let local = self.hosts[h]
+                .tcb(id)
+                .map(|t| t.local())
+                .ok_or("connect: no tcb")?;
+            self.conns[i].client.id = Some(id);
+            self.by_handle.insert((h, id), (i, false));
+            let sh = self.conns[i].server.host;
+            self.by_peer.insert((sh, local), i);
+        }
+        loop {
+            self.move_frames();
+            self.handle_events()?;
+            self.check_finished()?;
+            if self.conns.iter().all(|c| c.finished) {
+                self.done_at = Some(self.now);
+                return Ok(());
+            }
+            let next = self.next_event();
+            let Some(next) = next else {
+                return Err(self.describe("stalled: no frame in flight and no timer pending"));
+            };
+            if next.saturating_duration_since(Instant::ZERO) > self.cfg.time_limit {
+                self.now = Instant::ZERO + self.cfg.time_limit;
+                return Err(self.describe("virtual time limit reached"));
+            }
+            self.now = self.now.max(next);
+            for h in &mut self.hosts {
+                if h.poll_timeout().is_some_and(|t| t <= self.now) {
+                    h.handle_timeout(self.now);
+                }
+            }
+        }
+    }
+
+    fn next_event(&self) -> Option<Instant> {
+        let net = match &self.net {
+            Net::P2p(l) => l.next_event(),
+            Net::Switched(s) => s.next_event(),
+        };
+        self.hosts
+            .iter()
+            .filter_map(|h| h.poll_timeout())
+            .chain(net)
+            .min()
+    }
+
+    /// Delivers every frame due now and puts every frame the hosts queued on the wire,
+    /// until nothing moves.
+    fn move_frames(&mut self) {
+        loop {
+            let mut moved = false;
+            for h in 0..self.hosts.len() {
+                while let Some(f) = self.hosts[h].poll_transmit() {
+                    moved = true;
+                    self.frames += 1;
+                    if self.cfg.trace {
+                        eprintln!(
+                            "{:>12.6} h{h} send {}",
+                            self.now.as_secs_f64(),
+                            trace::describe(&f.data)
+                        );
+                    }
+                    match &mut self.net {
+                        Net::P2p(l) => {
+                            let end = if h == 0 { End::A } else { End::B };
+                            l.send(self.now, end, f.data);
+                        }
+                        Net::Switched(s) => {
+                            s.send(self.now, h, f.data);
+                        }
+                    }
+                }
+            }
+            for h in 0..self.hosts.len() {
+                loop {
+                    let frame = match &mut self.net {
+                        Net::P2p(l) => l.recv(self.now, if h == 0 { End::A } else { End::B }),
+                        Net::Switched(s) => s.recv(self.now, h),
+                    };
+                    let Some(frame) = frame else { break };
+                    moved = true;
+                    if self.cfg.trace {
+                        eprintln!(
+                            "{:>12.6} h{h} recv {}",
+                            self.now.as_secs_f64(),
+                            trace::describe(&frame)
+                        );
+                    }
+                    self.hosts[h].receive(self.now, IfaceId(0), &frame);
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    fn handle_events(&mut self) -> Result<(), String> {
+        for h in 0..self.hosts.len() {
+            while let Some(ev) = self.hosts[h].poll_event() {
+                match ev {
+                    SocketEvent::Listener(l) => {
+                        while let Ok((id, peer)) = self.hosts[h].tcp_accept(l) {
+                            let Some(&i) = self.by_peer.get(&(h, peer)) else {
+                                return Err(format!("host {h} accepted unknown peer {peer}"));
+                            };
+                            if self.conns[i].server.id.is_some() {
+                                return Err(format!("conn {i} accepted twice"));
+                            }
+                            self.conns[i].server.id = Some(id);
+                            self.by_handle.insert((h, id), (i, true));
+                            self.drive(i, true)?;
+                        }
+                    }
+                    SocketEvent::Tcp(id, _) => {
+                        if let Some(&(i, server)) = self.by_handle.get(&(h, id)) {
+                            self.drive(i, server)?;
+                        }
+                    }
+                    SocketEvent::Udp(_) => {}
+                }
+            }
+        }
+        let _ = &self.listeners;
+        Ok(())
+    }
+
+    /// The application at one end: write what fits, half-close when done, read and check
+    /// everything, close after end of stream.
+    fn drive(&mut self, i: usize, server: bool) -> Result<(), String> {
+        let now = self.now;
+        let side = if server {
+            &mut self.conns[i].server
+        } else {
+            &mut self.conns[i].client
+        };
+        let Some(id) = side.id else { return Ok(()) };
+        if side.closed {
+            return Ok(());
+        }
+        let host = &mut self.hosts[side.host];
+        let who = if server { "server" } else { "client" };
+        if let Some(e) = host.tcb(id).and_then(|t| t.error()) {
+            if e != TcpError::WouldBlock {
+                return Err(format!("conn {i} {who}: connection error: {e}"));
+            }
+        }
+        while side.sent < side.to_send {
+            if side.pend_off == side.pending.len() {
+                let n = (side.to_send - side.sent).min(side.chunk as u64) as usize;
+                side.pending.resize(n, 0);
+                side.tx.fill(&mut side.pending);
+                side.pend_off = 0;
+            }
+            match host.tcp_send(now, id, &side.pending[side.pend_off..]) {
+                Ok(n) => {
+                    side.pend_off += n;
+                    side.sent += n as u64;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(format!("conn {i} {who}: send: {e}")),
+            }
+        }
+        if side.sent == side.to_send && !side.shut {
+            host.tcp_shutdown_write(now, id)
+                .map_err(|e| format!("conn {i} {who}: shutdown: {e}"))?;
+            side.shut = true;
+        }
+        loop {
+            match host.tcp_recv(now, id, &mut self.buf) {
+                Ok(0) => {
+                    side.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    side.check.resize(n, 0);
+                    side.rx.fill(&mut side.check);
+                    if side.check[..] != self.buf[..n] {
+                        let at = side
+                            .check
+                            .iter()
+                            .zip(&self.buf[..n])
+                            .position(|(a, b)| a != b)
+                            .unwrap_or(0);
+                        return Err(format!(
+                            "conn {i} {who}: byte {} differs",
+                            side.got + at as u64
+                        ));
+                    }
+                    side.got += n as u64;
+                    if side.got > side.expect {
+                        return Err(format!(
+                            "conn {i} {who}: received {} bytes, expected {}",
+                            side.got, side.expect
+                        ));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(format!("conn {i} {who}: recv: {e}")),
+            }
+        }
+        if side.eof && side.got != side.expect {
+            return Err(format!(
+                "conn {i} {who}: end of stream after {} of {} bytes",
+                side.got, side.expect
+            ));
+        }
+        if side.eof && side.shut {
+            host.tcp_close(now, id);
+            side.closed = true;
+        }
+        Ok(())
+    }
+
+    /// A connection is finished when both applications closed and each end's TCP has
+    /// completed its close (reaped, CLOSED, or waiting in TIME-WAIT).
+    fn check_finished(&mut self) -> Result<(), String> {
+        for c in &mut self.conns {
+            if c.finished || !c.client.closed || !c.server.closed {
+                continue;
+            }
+            let done = |s: &Side, hosts: &[Host]| match s.id.and_then(|id| hosts[s.host].tcb(id)) {
+                None => true,
+                Some(t) => matches!(t.state(), State::TimeWait | State::Closed),
+            };
+            if done(&c.client, &self.hosts) && done(&c.server, &self.hosts) {
+                c.finished = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self, what: &str) -> String {
+        let mut s = format!("{what} at {:.3}s;", self.now.as_secs_f64());
+        if std::env::var_os("EMBER_SIM_DEBUG").is_some() {
+            for (i, h) in self.hosts.iter().enumerate() {
+                s.push_str(&format!("\n host {i}: {:?}\n", h.stats()));
+            }
+        }
+        for (i, c) in self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.finished)
+            .take(4)
+        {
+            let st = |side: &Side| {
+                side.id
+                    .and_then(|id| self.hosts[side.host].tcb(id))
+                    .map(|t| {
+                        let inf = t.info();
+                        format!(
+                            "{} una={} nxt={} rcv={} cwnd={} sndq={} rcvq={} ooo={} backoff={}",
+                            inf.state,
+                            inf.snd_una,
+                            inf.snd_nxt,
+                            inf.rcv_nxt,
+                            inf.cwnd,
+                            inf.send_queued,
+                            inf.recv_queued,
+                            inf.ooo_bytes,
+                            inf.backoff
+                        )
+                    })
+                    .unwrap_or_else(|| "gone".into())
+            };
+            s.push_str(&format!(
+                " conn {i}: client[sent {}/{} got {}/{} {}] server[sent {}/{} got {}/{} {}];",
+                c.client.sent,
+                c.client.to_send,
+                c.client.got,
+                c.client.expect,
+                st(&c.client),
+                c.server.sent,
+                c.server.to_send,
+                c.server.got,
+                c.server.expect,
+                st(&c.server)
+            ));
+        }
+        s
+    }
+}
+
+/// Many seeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub runs: usize,
+    pub ok: usize,
+    pub failed: Vec<u64>,
+    pub bytes: u64,
+    pub virtual_s: f64,
+    pub wall_s: f64,
+    pub goodput_mbit: f64,
+    pub retransmits: u64,
+    pub reports: Vec<RunReport>,
+}
+
+/// Runs seeds `first..first+n`, each in isolation; a panic fails its seed only.
+pub fn run_seeds(base: &SimConfig, first: u64, n: u64) -> Summary {
+    let mut reports = Vec::new();
+    for seed in first..first.saturating_add(n) {
+        let cfg = SimConfig {
+            seed,
+            ..base.clone()
+        };
+        let r = std::panic::catch_unwind(|| run(&cfg)).unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            failed_report(seed, format!("panic: {msg}"))
+        });
+        reports.push(r);
+    }
+    summarize(reports)
+}
+
+pub fn summarize(reports: Vec<RunReport>) -> Summary {
+    let bytes: u64 = reports.iter().map(|r| r.bytes).sum();
+    let virtual_s: f64 = reports.iter().map(|r| r.virtual_s).sum();
+    Summary {
+        runs: reports.len(),
+        ok: reports.iter().filter(|r| r.ok).count(),
+        failed: reports.iter().filter(|r| !r.ok).map(|r| r.seed).collect(),
+        bytes,
+        virtual_s,
+        wall_s: reports.iter().map(|r| r.wall_s).sum(),
+        goodput_mbit: if virtual_s > 0.0 {
+            bytes as f64 * 8.0 / virtual_s / 1e6
+        } else {
+            0.0
+        },
+        retransmits: reports.iter().map(|r| r.retransmits).sum(),
+        reports,
+    }
+}
