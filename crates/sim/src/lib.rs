@@ -658,16 +658,21 @@ impl Sim {
                     .map(|t| {
                         let inf = t.info();
                         format!(
-                            "{} una={} nxt={} rcv={} cwnd={} sndq={} rcvq={} ooo={} backoff={}",
+                            "{} una={} nxt={} rcv={} cwnd={} ssthresh={} sndq={} rcvq={} ooo={} backoff={} srtt={:?} rto={:?} rexmit={} rtos={}",
                             inf.state,
                             inf.snd_una,
                             inf.snd_nxt,
                             inf.rcv_nxt,
                             inf.cwnd,
+                            inf.ssthresh,
                             inf.send_queued,
                             inf.recv_queued,
                             inf.ooo_bytes,
-                            inf.backoff
+                            inf.backoff,
+                            inf.srtt,
+                            inf.rto,
+                            inf.stats.retrans_segs,
+                            inf.stats.timeouts
                         )
                     })
                     .unwrap_or_else(|| "gone".into())

@@ -503,12 +503,17 @@ impl Tcb {
             }
         }
         // Without a timed segment (e.g. after retransmissions, where Karn forbids
-        // sequence-based samples) take the echoed timestamp, which is unambiguous.
-        if self.ts_ok && self.rtt_timed.is_none() && self.recovery != Recovery::Open
-            || self.rtt.backoff() > 0
-        {
+        // sequence-based samples) take the echoed timestamp (RFC 7323 §4.1). After a
+        // timeout, an echo of a timestamp sent before it is not taken: a lost ACK answered
+        // later (its duplicate echoes the old TS.Recent) would measure the timeout itself,
+        // and feeding that into the RTO inflates the next timeout without bound.
+        let need = self.recovery != Recovery::Open || self.rtt.backoff() > 0;
+        if self.ts_ok && self.rtt_timed.is_none() && need {
             if let Some((_, tsecr)) = seg.options.timestamps {
-                if tsecr != 0 {
+                let fresh = self
+                    .ts_rtt_floor
+                    .is_none_or(|floor| (tsecr.wrapping_sub(floor) as i32) >= 0);
+                if tsecr != 0 && fresh {
                     let d = self.ts_now(now).wrapping_sub(tsecr);
                     if (d as i32) >= 0 {
                         self.rtt.sample(Duration::from_millis(u64::from(d)));

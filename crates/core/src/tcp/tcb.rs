@@ -205,6 +205,9 @@ pub struct Tcb {
     pub(super) rtt: RttEstimator,
     /// The segment being timed for an RTT sample (Karn): (end sequence, send time).
     pub(super) rtt_timed: Option<(SeqNum, Instant)>,
+    /// Our timestamp clock at the last retransmission timeout: echoes of older
+    /// timestamps are not RTT samples (they may measure the timeout itself).
+    pub(super) ts_rtt_floor: Option<u32>,
     pub(super) sb: Scoreboard,
     pub(super) recovery: Recovery,
     /// RFC 6675 RecoveryPoint / RFC 6582 "recover".
@@ -342,6 +345,7 @@ impl Tcb {
             cc,
             rtt,
             rtt_timed: None,
+            ts_rtt_floor: None,
             sb,
             recovery: Recovery::Open,
             recover: spec.iss,

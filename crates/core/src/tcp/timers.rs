@@ -115,6 +115,7 @@ impl Tcb {
                 if self.rtt.backoff() > 1 {
                     self.sb.clear();
                 }
+                self.ts_rtt_floor = Some(self.ts_now(now));
                 self.recovery = Recovery::Loss;
                 self.recover = self.snd_nxt;
                 self.high_rxt = self.snd_una;

@@ -1,0 +1,7 @@
+mod common;
+use common::*;
+
+#[test]
+fn placeholder() {
+    let _ = pattern(1);
+}
