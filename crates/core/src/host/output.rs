@@ -359,11 +359,11 @@ impl Host {
         to: SocketAddrV4,
         data: &[u8],
     ) -> io::Result<usize> {
-        let local = self
+        let (local, tos) = self
             .udp
             .get(id.0)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?
-            .local;
+            .map(|u| (u.local, u.tos))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
         if data.len() > MAX_PAYLOAD {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -387,7 +387,7 @@ impl Host {
             dst: *to.ip(),
             protocol: ip_proto::UDP,
             ttl: self.params.ip_def_ttl as u8,
-            dscp_ecn: 0,
+            dscp_ecn: tos,
             ident: self.next_ident(),
             dont_frag: false,
             more_frags: false,
@@ -406,6 +406,16 @@ impl Host {
         self.stats.udp.out_datagrams += 1;
         self.run_loopback(now);
         Ok(data.len())
+    }
+
+    /// IP_TOS for a UDP socket (RFC 1122 §4.1.4: the application can set the TOS).
+    pub fn udp_set_tos(&mut self, id: UdpId, tos: u8) -> io::Result<()> {
+        let u = self
+            .udp
+            .get_mut(id.0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+        u.tos = tos;
+        Ok(())
     }
 
     /// Receives a datagram, if one is queued.

@@ -276,9 +276,7 @@ impl Host {
                 self.stats.icmp.pmtu_rejected += 1;
             }
         } else {
-            // Protocol and port unreachable are hard errors (RFC 1122 §4.2.3.9).
-            let hard = matches!(code, icmp_unreach::PROTOCOL | icmp_unreach::PORT);
-            c.tcb.on_unreachable(now, hard);
+            c.tcb.on_unreachable(now, code);
         }
         self.flush_conn(now, id);
     }
@@ -293,6 +291,7 @@ impl Host {
             };
             let local = c.tcb.local();
             let remote = c.tcb.remote();
+            let tos = c.tcb.tos();
             let Some(out) = c.tcb.poll_transmit(now) else {
                 break;
             };
@@ -305,7 +304,7 @@ impl Host {
                 dst: *remote.ip(),
                 protocol: ip_proto::TCP,
                 ttl,
-                dscp_ecn: 0,
+                dscp_ecn: tos,
                 ident: self.next_ident,
                 dont_frag: true,
                 more_frags: false,

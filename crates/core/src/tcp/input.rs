@@ -134,26 +134,40 @@ impl Tcb {
                     || (seq + (seg_len - 1)).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
             }
         };
+        let mut payload = payload;
+        let mut fin = f.fin();
         if !acceptable {
-            if f.rst() {
+            if wnd == 0 && seq == self.rcv_nxt && !f.syn() && !f.rst() {
+                // RFC 9293 §3.10.7.4: with a zero receive window no text is acceptable,
+                // but valid ACKs, URGs and RSTs are still processed (MUST-66). Drop the
+                // text, keep the control fields, and answer with our (zero) window.
+                payload = &[];
+                fin = false;
+                self.ack_now = true;
+            } else {
+                if f.rst() {
+                    return;
+                }
+                if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
+                    // A retransmitted SYN: our SYN,ACK was lost; send it again.
+                    self.snd_nxt = self.iss;
+                    return;
+                }
+                // Data entirely below RCV.NXT is a duplicate: report it (RFC 2883 §4.1).
+                if !payload.is_empty()
+                    && self.sack_ok
+                    && (seq + payload.len() as u32) <= self.rcv_nxt
+                {
+                    self.dsack = Some((seq, seq + payload.len() as u32));
+                    self.stats.dup_segs_in += 1;
+                }
+                if self.state == State::TimeWait && f.fin() {
+                    // RFC 9293: a retransmitted FIN in TIME-WAIT restarts the 2 MSL timer.
+                    self.state_deadline = Some(now + self.set.time_wait);
+                }
+                self.send_dupack(now, seg_len, f.syn());
                 return;
             }
-            if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
-                // A retransmitted SYN: our SYN,ACK was lost; send it again.
-                self.snd_nxt = self.iss;
-                return;
-            }
-            // Data entirely below RCV.NXT is a duplicate: report it (RFC 2883 §4.1).
-            if !payload.is_empty() && self.sack_ok && (seq + payload.len() as u32) <= self.rcv_nxt {
-                self.dsack = Some((seq, seq + payload.len() as u32));
-                self.stats.dup_segs_in += 1;
-            }
-            if self.state == State::TimeWait && f.fin() {
-                // RFC 9293: a retransmitted FIN in TIME-WAIT restarts the 2 MSL timer.
-                self.state_deadline = Some(now + self.set.time_wait);
-            }
-            self.send_dupack(now, seg_len, f.syn());
-            return;
         }
 
         // Take TS.Recent (RFC 7323 §4.3): only from a segment that covers Last.ACK.sent.
@@ -235,7 +249,7 @@ impl Tcb {
             self.challenge_ack(now);
             return;
         }
-        self.process_ack(now, seg, seq, ack, payload.len() as u32);
+        self.process_ack(now, seg, seq, ack, seg_len);
         if self.state == State::Closed {
             return;
         }
@@ -262,7 +276,7 @@ impl Tcb {
         // Seventh and eighth: the text and the FIN.
         match self.state {
             State::Established | State::FinWait1 | State::FinWait2 => {
-                self.process_text(now, seq, payload, f.fin());
+                self.process_text(now, seq, payload, fin);
             }
             _ => {
                 // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the FIN was received; any
@@ -308,14 +322,9 @@ impl Tcb {
 
     /// RFC 9293 §3.10.7.4 fifth step for an acceptable ACK: SND.UNA, the send window
     /// (SND.WL1/WL2), SACK, RTT, congestion control, loss detection, FIN acknowledgment.
-    fn process_ack(
-        &mut self,
-        now: Instant,
-        seg: &TcpRepr,
-        seq: SeqNum,
-        ack: SeqNum,
-        data_len: u32,
-    ) {
+    /// `seg_len` is the segment's length in sequence space as it arrived (text dropped
+    /// for a zero window still counts: such a segment is not a duplicate ACK).
+    fn process_ack(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNum, ack: SeqNum, seg_len: u32) {
         let prior_in_flight = self.in_flight();
         let acked = ack.since(self.snd_una);
         let old_wnd = self.snd_wnd;
@@ -358,8 +367,7 @@ impl Tcb {
             self.on_new_ack(now, seg, ack, acked, prior_in_flight);
         } else if ack == self.snd_una && self.snd_una != self.snd_nxt {
             // RFC 5681 §2 duplicate ACK (with SACK: one that SACKs new data, RFC 6675 §2).
-            let is_dup = data_len == 0
-                && !seg.flags.fin()
+            let is_dup = seg_len == 0
                 && if self.sack_ok {
                     newly_sacked > 0 || (seg.options.sack_blocks().is_empty() && wnd == old_wnd)
                 } else {

@@ -256,6 +256,13 @@ pub struct Tcb {
     pub(super) rtx_head: bool,
     /// Window scaling was negotiated (both SYNs carried the option).
     pub(super) ws_ok: bool,
+    /// The DiffServ/ECN byte for our datagrams (IP_TOS, MUST-48).
+    pub(super) tos: u8,
+    /// A soft error (ICMP) reported if the connection later times out (RFC 1122
+    /// §4.2.3.9, MUST-56).
+    pub(super) soft_error: Option<TcpError>,
+    /// R1 was reached: the owner should give IP negative advice (MUST-20).
+    pub(super) negative_advice: bool,
 
     pub(super) events: Events,
     pub(super) error: Option<TcpError>,
@@ -378,6 +385,9 @@ impl Tcb {
             simultaneous: false,
             rtx_head: false,
             ws_ok: false,
+            tos: 0,
+            soft_error: None,
+            negative_advice: false,
             events: Events::default(),
             error: None,
             stats: TcbStats::default(),
@@ -803,13 +813,39 @@ impl Tcb {
         }
     }
 
-    /// An ICMP destination-unreachable (not "fragmentation needed") names this
-    /// connection. A SYN-SENT connection fails with EHOSTUNREACH after it has retried;
-    /// an established one only records it (RFC 1122 §4.2.3.9: soft error).
-    pub fn on_unreachable(&mut self, now: Instant, hard: bool) {
-        if self.state == State::SynSent && (hard || self.syn_retransmitted) {
-            self.fail(now, TcpError::Unreachable);
+    /// An ICMP destination unreachable (other than "fragmentation needed") names this
+    /// connection (RFC 9293 §3.9.2.2, RFC 1122 §4.2.3.9). Protocol and port
+    /// unreachable (codes 2, 3) abort a connection that is still opening; every other
+    /// code, and any code once established, is a soft error (MUST-56: no abort on codes
+    /// 0, 1, 5): it is reported only if the connection later times out, as Linux does.
+    pub fn on_unreachable(&mut self, now: Instant, code: u8) {
+        let hard = matches!(code, 2 | 3);
+        let opening = matches!(self.state, State::SynSent | State::SynReceived);
+        if hard && opening {
+            self.fail(now, TcpError::Refused);
+        } else {
+            self.soft_error = Some(if hard {
+                TcpError::Refused
+            } else {
+                TcpError::Unreachable
+            });
         }
+    }
+
+    /// IP_TOS: the DiffServ/ECN byte of the connection's datagrams (MUST-48).
+    pub fn set_tos(&mut self, tos: u8) {
+        self.tos = tos;
+    }
+
+    /// The DiffServ/ECN byte for this connection's datagrams.
+    pub fn tos(&self) -> u8 {
+        self.tos
+    }
+
+    /// True once after retransmissions reached R1 (three RTOs in a row): the owner should
+    /// give the IP layer negative advice, e.g. re-resolve the next hop (MUST-20).
+    pub fn take_negative_advice(&mut self) -> bool {
+        core::mem::take(&mut self.negative_advice)
     }
 
     // ----------------------------------------------------------------------------------

@@ -80,7 +80,8 @@ impl Tcb {
                 // R2 for a SYN (RFC 9293 §3.8.3, MUST-20/21).
                 let limit = self.user_timeout.unwrap_or(self.set.abort_cinterval);
                 if elapsed >= limit {
-                    self.fail(now, TcpError::TimedOut);
+                    let e = self.soft_error.unwrap_or(TcpError::TimedOut);
+                    self.fail(now, e);
                     return;
                 }
                 self.rtt.back_off();
@@ -98,7 +99,9 @@ impl Tcb {
                 // R2 (RFC 9293 §3.8.3) or TCP_USER_TIMEOUT (RFC 5482).
                 let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
                 if elapsed >= limit {
-                    self.fail(now, TcpError::TimedOut);
+                    // A soft error seen meanwhile explains the timeout better.
+                    let e = self.soft_error.unwrap_or(TcpError::TimedOut);
+                    self.fail(now, e);
                     return;
                 }
                 self.stats.timeouts += 1;
@@ -110,6 +113,10 @@ impl Tcb {
                     self.rto_reduced = true;
                 }
                 self.rtt.back_off();
+                // R1 (RFC 9293 §3.8.3, RFC 1122 §4.2.3.5): three retransmissions.
+                if self.rtt.backoff() == 3 {
+                    self.negative_advice = true;
+                }
                 // A second timeout in a row may mean the receiver reneged on what it
                 // SACKed (RFC 2018 §8): forget the scoreboard.
                 if self.rtt.backoff() > 1 {

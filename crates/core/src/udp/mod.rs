@@ -29,6 +29,8 @@ pub struct UdpEndpoint {
     queued_bytes: usize,
     capacity: usize,
     pub drops: u64,
+    /// The DiffServ/ECN byte of datagrams sent (IP_TOS).
+    pub tos: u8,
 }
 
 impl UdpEndpoint {
@@ -39,6 +41,7 @@ impl UdpEndpoint {
             queued_bytes: 0,
             capacity,
             drops: 0,
+            tos: 0,
         }
     }
 
