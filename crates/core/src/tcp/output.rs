@@ -267,11 +267,16 @@ impl Tcb {
         if unsent == 0 && !fin_pending {
             return None;
         }
-        // After an RTO, retransmissions come first (RFC 6675 §5.1).
-        if self.recovery == Recovery::Loss && self.high_rxt < self.recover {
+        let mss = self.seg_max();
+        // After an RTO, retransmissions come first (RFC 6675 §5.1): new data waits while
+        // anything unSACKed below the recovery point is still to be resent.
+        if self.recovery == Recovery::Loss
+            && self
+                .next_unsacked_below(self.high_rxt.max(self.snd_una), self.recover, mss)
+                .is_some()
+        {
             return None;
         }
-        let mss = self.seg_max();
         let wnd_right = self.snd_una + self.snd_wnd;
         let wnd_avail = wnd_right.since(self.snd_nxt);
         let cwnd_avail = self.cwnd_allowance();
