@@ -97,7 +97,13 @@ impl Host {
             self.stats.ip.reasm_reqds += 1;
             // The header length is valid: parse() checked it.
             let hdr_len = usize::from(packet[0] & 0x0f) * 4;
-            let quote = &packet[..hdr_len + payload.len().min(8)];
+            // A datagram that arrived as a link or IP broadcast never draws an ICMP error
+            // (RFC 1122 §3.2.2), so its first fragment leaves no quote to answer with.
+            let quote: &[u8] = if link_bcast || bcast {
+                &[]
+            } else {
+                &packet[..hdr_len + payload.len().min(8)]
+            };
             let key = ReasmKey {
                 src: ip.src,
                 dst: ip.dst,
@@ -121,7 +127,13 @@ impl Host {
                         payload_len: data.len() as u16,
                         ..ip
                     };
-                    self.deliver(now, iface, &whole, &data, link_bcast || bcast, packet);
+                    // An ICMP error about the datagram quotes its header and the start of
+                    // its data (RFC 792), not the fragment that happened to complete it.
+                    let qlen = icmp::quote_len(IPV4_HEADER_LEN + data.len());
+                    let mut original = vec![0u8; qlen];
+                    whole.emit(&mut original[..IPV4_HEADER_LEN]);
+                    original[IPV4_HEADER_LEN..].copy_from_slice(&data[..qlen - IPV4_HEADER_LEN]);
+                    self.deliver(now, iface, &whole, &data, link_bcast || bcast, &original);
                 }
                 ReasmOutcome::Dropped(_) => self.stats.ip.reasm_fails += 1,
             }
@@ -151,6 +163,8 @@ impl Host {
                     return;
                 }
                 let Ok((seg, data)) = TcpRepr::parse(payload, ip.src, ip.dst, true) else {
+                    // RFC 4022: tcpInSegs counts segments received in error too.
+                    self.stats.tcp.in_segs += 1;
                     self.stats.tcp.in_errs += 1;
                     return;
                 };
@@ -350,11 +364,20 @@ impl Host {
         }
         for e in self.reasm.on_timeout(now) {
             self.stats.ip.reasm_fails += 1;
-            // RFC 792: time exceeded, code 1, only if the first fragment arrived.
-            if let Some(q) = e.quote {
-                if !is_invalid_source(e.key.src) && !e.key.dst.is_broadcast() {
-                    self.send_icmp_error(now, e.key.src, icmp_type::TIME_EXCEEDED, 1, 0, &q);
-                }
+            // RFC 792: time exceeded, code 1, only if the first fragment arrived, and only
+            // where RFC 1122 §3.2.2 allows an error at all (not about an ICMP error, not
+            // about a broadcast).
+            let Some(q) = e.quote else { continue };
+            let Ok((qip, transport)) = Ipv4Repr::parse_quoted(&q) else {
+                continue;
+            };
+            let bcast = self.is_broadcast_addr(qip.dst);
+            let whole = Ipv4Repr {
+                frag_offset: 0,
+                ..qip
+            };
+            if icmp::error_allowed(&whole, transport, false, bcast) {
+                self.send_icmp_error(now, e.key.src, icmp_type::TIME_EXCEEDED, 1, 0, &q);
             }
         }
     }

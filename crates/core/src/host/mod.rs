@@ -379,6 +379,15 @@ impl Host {
             .map(|i| IfaceId(i as u16))
     }
 
+    /// Is `a` the limited broadcast or the directed broadcast of one of our subnets?
+    pub(crate) fn is_broadcast_addr(&self, a: Ipv4Addr) -> bool {
+        a.is_broadcast()
+            || self
+                .ifaces
+                .iter()
+                .any(|i| crate::ip::subnet_broadcast(i.addr, i.prefix_len) == Some(a))
+    }
+
     /// Is `a` one of our addresses (or loopback)?
     pub(crate) fn is_local_addr(&self, a: Ipv4Addr) -> bool {
         a.is_loopback() || self.ifaces.iter().any(|i| i.addr == a)

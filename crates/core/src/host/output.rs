@@ -290,9 +290,10 @@ impl Host {
                 "ping payload too large",
             ));
         }
-        let (src, _) = self
-            .source_for(dst)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NetworkUnreachable))?;
+        let Some((src, _)) = self.source_for(dst) else {
+            self.stats.ip.out_no_routes += 1;
+            return Err(io::ErrorKind::NetworkUnreachable.into());
+        };
         self.stats.icmp.out_echos += 1;
         self.send_icmp(
             now,
@@ -374,9 +375,11 @@ impl Host {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         let src = if local.ip().is_unspecified() {
-            self.source_for(*to.ip())
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NetworkUnreachable))?
-                .0
+            let Some((src, _)) = self.source_for(*to.ip()) else {
+                self.stats.ip.out_no_routes += 1;
+                return Err(io::ErrorKind::NetworkUnreachable.into());
+            };
+            src
         } else {
             *local.ip()
         };

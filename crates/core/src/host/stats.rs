@@ -137,6 +137,8 @@ impl TcpStats {
         self.challenge_acks += s.challenge_acks;
         self.paws_drops += s.paws_drops;
         self.ooo_drops += s.rcv_drops_full;
+        self.attempt_fails += s.attempt_fails;
+        self.estab_resets += s.estab_resets;
     }
 }
 
@@ -170,6 +172,8 @@ impl TcbStats {
             bad_acks,
             recoveries,
             rtt_samples,
+            attempt_fails,
+            estab_resets,
         } = *o;
         self.segs_in += segs_in;
         self.segs_out += segs_out;
@@ -197,6 +201,8 @@ impl TcbStats {
         self.bad_acks += bad_acks;
         self.recoveries += recoveries;
         self.rtt_samples += rtt_samples;
+        self.attempt_fails += attempt_fails;
+        self.estab_resets += estab_resets;
     }
 }
 

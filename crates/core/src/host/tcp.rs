@@ -50,52 +50,57 @@ impl Host {
     /// A TCP segment arrived (checksum verified) for one of our addresses.
     pub(crate) fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, seg: &TcpRepr, payload: &[u8]) {
         if seg.src_port == 0 || seg.dst_port == 0 {
+            self.stats.tcp.in_segs += 1;
             self.stats.tcp.in_errs += 1;
             return;
         }
         let local = SocketAddrV4::new(ip.dst, seg.dst_port);
         let remote = SocketAddrV4::new(ip.src, seg.src_port);
-        if let Some(&id) = self.by_tuple.get(&(local, remote)) {
-            let reopen = self
-                .conns
-                .get(id.0)
-                .is_some_and(|c| c.tcb.time_wait_accepts_syn(seg));
-            if reopen {
-                if let Some(lid) = self.find_listener(local) {
-                    // RFC 6191: a new incarnation may take over a TIME-WAIT connection;
-                    // its ISN lies well beyond the old connection's sequence space.
-                    let old_nxt = self
-                        .conns
-                        .get(id.0)
-                        .map(|c| c.tcb.snd_nxt())
-                        .unwrap_or_default();
-                    self.remove_conn(id);
-                    self.stats.tcp.time_wait_reuse += 1;
-                    self.listen_input(
-                        now,
-                        lid,
-                        local,
-                        remote,
-                        seg,
-                        payload,
-                        Some(old_nxt + 65_537 * 2),
-                    );
-                    return;
+        let Some(&id) = self.by_tuple.get(&(local, remote)) else {
+            // Segments that reach no connection are counted here; a Tcb counts its own
+            // (RFC 4022 tcpInSegs).
+            self.stats.tcp.in_segs += 1;
+            match self.find_listener(local) {
+                Some(lid) => self.listen_input(now, lid, local, remote, seg, payload, None),
+                None => {
+                    self.stats.tcp.in_closed += 1;
+                    self.reply_rst(now, local, remote, seg, payload);
                 }
             }
-            if let Some(c) = self.conns.get_mut(id.0) {
-                c.tcb.on_segment(now, seg, payload);
-            }
-            self.flush_conn(now, id);
             return;
-        }
-        match self.find_listener(local) {
-            Some(lid) => self.listen_input(now, lid, local, remote, seg, payload, None),
-            None => {
-                self.stats.tcp.in_closed += 1;
-                self.reply_rst(now, local, remote, seg, payload);
+        };
+        let reopen = self
+            .conns
+            .get(id.0)
+            .is_some_and(|c| c.tcb.time_wait_accepts_syn(seg));
+        if reopen {
+            if let Some(lid) = self.find_listener(local) {
+                // RFC 6191: a new incarnation may take over a TIME-WAIT connection;
+                // its ISN lies well beyond the old connection's sequence space.
+                let old_nxt = self
+                    .conns
+                    .get(id.0)
+                    .map(|c| c.tcb.snd_nxt())
+                    .unwrap_or_default();
+                self.remove_conn(id);
+                self.stats.tcp.in_segs += 1;
+                self.stats.tcp.time_wait_reuse += 1;
+                self.listen_input(
+                    now,
+                    lid,
+                    local,
+                    remote,
+                    seg,
+                    payload,
+                    Some(old_nxt + 65_537 * 2),
+                );
+                return;
             }
         }
+        if let Some(c) = self.conns.get_mut(id.0) {
+            c.tcb.on_segment(now, seg, payload);
+        }
+        self.flush_conn(now, id);
     }
 
     /// Exact address first, then the wildcard.
@@ -504,9 +509,10 @@ impl Host {
                 "invalid destination",
             ));
         }
-        let (src, mtu) = self
-            .source_for(*remote.ip())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NetworkUnreachable))?;
+        let Some((src, mtu)) = self.source_for(*remote.ip()) else {
+            self.stats.ip.out_no_routes += 1;
+            return Err(io::ErrorKind::NetworkUnreachable.into());
+        };
         let local = match local {
             Some(l) if l.port() != 0 => {
                 let ip = if l.ip().is_unspecified() {

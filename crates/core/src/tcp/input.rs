@@ -153,6 +153,30 @@ impl Tcb {
                     self.snd_nxt = self.iss;
                     return;
                 }
+                let ack = SeqNum(seg.ack);
+                if self.state == State::SynReceived
+                    && self.simultaneous
+                    && f.syn()
+                    && f.ack()
+                    && seq == self.irs
+                    && ack > self.snd_una
+                    && ack <= self.snd_nxt
+                {
+                    // Simultaneous open: the peer's SYN,ACK acknowledges our SYN. Its
+                    // sequence number is below RCV.NXT, so §3.10.7.4 would only ACK it;
+                    // taking its ACK (as Linux does, RFC 9293 Appendix A.2) saves a round
+                    // trip. The SYN's window is not scaled (RFC 7323 §2.2).
+                    self.snd_una = ack;
+                    self.snd_wnd = u32::from(seg.window);
+                    self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                    self.snd_wl1 = seq;
+                    self.snd_wl2 = ack;
+                    self.rtx_deadline = None;
+                    self.rtx_series_start = None;
+                    self.establish(now);
+                    self.ack_now = true;
+                    return;
+                }
                 // Data entirely below RCV.NXT is a duplicate: report it (RFC 2883 §4.1).
                 if !payload.is_empty()
                     && self.sack_ok
@@ -425,16 +449,19 @@ impl Tcb {
         }
         self.stats.bytes_out += n as u64;
         self.take_rtt_sample(now, ack, seg);
-        self.rtx_series_start = None;
         self.rto_reduced = false;
         self.keepalive_sent = 0;
 
-        // RFC 6298 §5.2, §5.3: stop or restart the retransmission timer.
-        self.rtx_deadline = if self.snd_una == self.snd_nxt {
-            None
+        // RFC 6298 §5.2, §5.3: stop or restart the retransmission timer. What is still
+        // outstanding was sent no earlier than now-ish: the unacknowledged-time clock of
+        // R2 and the user timeout restarts (RFC 5482 counts from transmission).
+        if self.snd_una == self.snd_nxt {
+            self.rtx_deadline = None;
+            self.rtx_series_start = None;
         } else {
-            Some(now + self.rtt.rto())
-        };
+            self.rtx_series_start = Some(now);
+            self.rtx_deadline = Some(self.rtx_due(now));
+        }
 
         let mss = self.mss();
         match self.recovery {
@@ -586,6 +613,7 @@ impl Tcb {
                 self.rst_pending = true;
                 self.error.get_or_insert(TcpError::Aborted);
                 self.snd_buf.clear();
+                self.count_close_transition();
                 self.state = State::Closed;
                 self.clear_timers();
                 return;

@@ -280,9 +280,18 @@ impl Tcb {
         let wnd_right = self.snd_una + self.snd_wnd;
         let wnd_avail = wnd_right.since(self.snd_nxt);
         let cwnd_avail = self.cwnd_allowance();
+        let nothing_in_flight = self.snd_una == self.snd_nxt;
+        if unsent == 0 && wnd_avail == 0 {
+            // A bare FIN needs one octet of window, like data (as Linux): with the window
+            // closed it waits, and the persist timer probes (RFC 9293 §3.8.6.1) instead of
+            // the retransmission timer counting a peer that answers as unresponsive.
+            if nothing_in_flight && self.persist_deadline.is_none() {
+                self.arm_persist(now);
+            }
+            return None;
+        }
         let force = self.probe_pending && self.snd_wnd > 0;
         let len = unsent.min(mss).min(wnd_avail).min(cwnd_avail);
-        let nothing_in_flight = self.snd_una == self.snd_nxt;
 
         if len < unsent.min(mss) {
             if cwnd_avail < wnd_avail {
@@ -525,20 +534,27 @@ impl Tcb {
                 if self.rtt_timed.is_none() && end > seq {
                     self.rtt_timed = Some((end, now));
                 }
+                if self.snd_una == self.snd_nxt {
+                    // The oldest unacknowledged data is sent now (R2, user timeout).
+                    self.rtx_series_start = Some(now);
+                }
                 self.snd_nxt = end;
                 if len > 0 {
                     self.stats.data_segs_out += 1;
                     self.last_data_sent = now;
                 }
                 if self.rtx_deadline.is_none() {
-                    self.rtx_deadline = Some(now + self.rtt.rto());
+                    self.rtx_deadline = Some(self.rtx_due(now));
                 }
                 self.persist_deadline = None;
             }
             Kind::Retransmit => {
                 self.last_data_sent = now;
+                if self.rtx_series_start.is_none() {
+                    self.rtx_series_start = Some(now);
+                }
                 if self.rtx_deadline.is_none() {
-                    self.rtx_deadline = Some(now + self.rtt.rto());
+                    self.rtx_deadline = Some(self.rtx_due(now));
                 }
             }
             Kind::Probe => {

@@ -64,6 +64,10 @@ pub struct TcbStats {
     pub bad_acks: u64,
     pub recoveries: u64,
     pub rtt_samples: u64,
+    /// SYN-SENT or SYN-RECEIVED went straight to CLOSED (RFC 4022 tcpAttemptFails).
+    pub attempt_fails: u64,
+    /// ESTABLISHED or CLOSE-WAIT went straight to CLOSED (RFC 4022 tcpEstabResets).
+    pub estab_resets: u64,
 }
 
 /// A `tcp_info`-like snapshot of one connection (for netstat and tests).
@@ -459,6 +463,11 @@ impl Tcb {
             _ => self.ts_ok = false,
         }
         self.update_mss();
+        if self.stats.data_segs_out == 0 {
+            // RFC 6928 §2 / RFC 5681 §3.1: the initial window counts segments of the MSS
+            // actually used, known only now.
+            self.cc = Cc::new(self.set.cc, self.mss(), self.set.init_cwnd);
+        }
     }
 
     /// Tells congestion control the send MSS after the peer's MSS or the path MTU changed.
@@ -700,6 +709,7 @@ impl Tcb {
         if !self.rst_pending {
             self.enter_closed(now);
         } else {
+            self.count_close_transition();
             self.state = State::Closed;
             self.clear_timers();
         }
@@ -707,10 +717,21 @@ impl Tcb {
 
     /// Moves to CLOSED, stops every timer and tells the owner the `Tcb` can go.
     pub(super) fn enter_closed(&mut self, _now: Instant) {
+        self.count_close_transition();
         self.state = State::Closed;
         self.clear_timers();
         self.events
             .insert(Events::CLOSED | Events::READABLE | Events::WRITABLE);
+    }
+
+    /// Counts a direct transition to CLOSED for the RFC 4022 MIB (call before the state
+    /// changes).
+    pub(super) fn count_close_transition(&mut self) {
+        match self.state {
+            State::SynSent | State::SynReceived => self.stats.attempt_fails += 1,
+            State::Established | State::CloseWait => self.stats.estab_resets += 1,
+            _ => {}
+        }
     }
 
     pub(super) fn clear_timers(&mut self) {

@@ -8,6 +8,10 @@ use super::tcb::{Recovery, Tcb};
 use super::{State, TcpError};
 use crate::time::Instant;
 
+/// Window probes an orphaned connection sends before it gives up (Linux's default for
+/// `tcp_orphan_retries`).
+const ORPHAN_PROBES: u32 = 8;
+
 impl Tcb {
     /// The earliest instant at which [`Tcb::on_timeout`] has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -68,6 +72,17 @@ impl Tcb {
         if self.keepalive_deadline.is_some_and(|t| now >= t) {
             self.keepalive_deadline = None;
             self.on_keepalive_timeout(now);
+        }
+    }
+
+    /// When the retransmission timer should fire if armed at `now`: one RTO, but never
+    /// past the user timeout's deadline (RFC 5482), so that the connection is dropped on
+    /// time rather than at the next backed-off timeout.
+    pub(super) fn rtx_due(&self, now: Instant) -> Instant {
+        let t = now + self.rtt.rto();
+        match (self.user_timeout, self.rtx_series_start) {
+            (Some(limit), Some(start)) => t.min((start + limit).max(now)),
+            _ => t,
         }
     }
 
@@ -149,6 +164,12 @@ impl Tcb {
         }
         let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
         if self.persist_backoff > 0 && now.saturating_duration_since(self.last_rcv) >= limit {
+            self.fail(now, TcpError::TimedOut);
+            return;
+        }
+        // An orphan (the application closed it) may not hold its buffers forever against
+        // a peer that answers probes but never opens its window (Linux: tcp_orphan_retries).
+        if self.app_closed && self.persist_backoff >= ORPHAN_PROBES {
             self.fail(now, TcpError::TimedOut);
             return;
         }

@@ -266,6 +266,9 @@ pub enum Dir {
     BtoA,
 }
 
+/// Decides, for each segment on a [`Pair`]'s path, whether it gets through.
+pub type Filter = Box<dyn FnMut(Instant, Dir, &Seg) -> bool>;
+
 /// Two `Tcb`s talking over a fixed one-way delay, under a virtual clock.
 pub struct Pair {
     pub a: Tcb,
@@ -274,7 +277,7 @@ pub struct Pair {
     pub delay: Duration,
     in_flight: VecDeque<(Instant, Dir, Seg)>,
     /// Called for every segment; return false to drop it.
-    pub filter: Box<dyn FnMut(Instant, Dir, &Seg) -> bool>,
+    pub filter: Filter,
     bs: TcpSettings,
     /// Every segment put on the path (after the filter), for inspection.
     pub log: Vec<(Instant, Dir, Seg)>,
