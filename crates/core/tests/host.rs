@@ -2591,3 +2591,62 @@ fn loopback_tcp_via_127_0_0_1() {
     assert_eq!(l.h.conn_count(), 0, "both ends gone after TIME-WAIT");
     assert!(l.tx().is_empty());
 }
+
+/// RFC 1122 §2.3.2.1 (flush stale ARP entries on higher-layer advice) and RFC 9293
+/// MUST-20 (negative advice to IP at R1): a poisoned ARP entry sends our SYNs to the
+/// wrong station; after the third retransmission timeout the entry is dropped and the
+/// next SYN is preceded by a fresh ARP request, whose answer lets the SYN reach the peer.
+#[test]
+fn r1_negative_advice_re_resolves_a_poisoned_neighbour() {
+    let mut l = Lab::new(&[]);
+    // An unsolicited update (e.g. a corrupted or spoofed ARP packet) repoints the peer.
+    l.rx(&arp_frame(
+        MAC_P2,
+        MacAddr::BROADCAST,
+        ArpOp::Request,
+        MAC_P2,
+        IP_P,
+        MacAddr::ZERO,
+        IP_P,
+    ));
+    assert!(l.tx().is_empty());
+    let _c = l.h.tcp_connect(l.now, sa(IP_P, 80), None).unwrap();
+    let first = l.tx();
+    assert_eq!(tcps(&first).len(), 1);
+    assert_eq!(
+        parse_ip(&first[0]).unwrap().eth.dst,
+        MAC_P2,
+        "SYN follows the poisoned entry"
+    );
+    // RTOs at 1 s, 3 s (2 s later): still sent to the wrong station, no ARP.
+    for step in [1, 2] {
+        l.advance(Duration::from_secs(step));
+        let out = l.tx();
+        assert!(arps(&out).is_empty(), "no re-resolution before R1");
+        assert_eq!(parse_ip(&out[0]).unwrap().eth.dst, MAC_P2);
+    }
+    // The third RTO (4 s later) reaches R1: the entry is forgotten and re-resolved.
+    l.advance(Duration::from_secs(4));
+    let out = l.tx();
+    let req = arps(&out);
+    assert_eq!(
+        req.len(),
+        1,
+        "an ARP request after negative advice: {out:?}"
+    );
+    assert_eq!(req[0].target_ip, IP_P);
+    assert!(tcps(&out).is_empty(), "the SYN waits for the answer");
+    // The real peer answers; the held SYN goes to it.
+    l.rx(&arp_frame(
+        MAC_P,
+        MAC_A,
+        ArpOp::Reply,
+        MAC_P,
+        IP_P,
+        MAC_A,
+        IP_A,
+    ));
+    let out = l.tx();
+    assert_eq!(tcps(&out).len(), 1);
+    assert_eq!(parse_ip(&out[0]).unwrap().eth.dst, MAC_P);
+}

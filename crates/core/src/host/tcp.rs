@@ -290,6 +290,19 @@ impl Host {
     /// drops it once it is closed and nobody holds it.
     pub(crate) fn flush_conn(&mut self, now: Instant, id: ConnId) {
         let ttl = self.params.ip_def_ttl as u8;
+        if let Some(c) = self.conns.get_mut(id.0) {
+            if c.tcb.take_negative_advice() {
+                // MUST-20 (RFC 1122 §2.3.2.1 "higher-layer advice"): R1 reached, so forget the
+                // next hop's link address; the next segment re-resolves it (the path, or a
+                // stale or poisoned ARP entry, may be the problem).
+                let dst = *c.tcb.remote().ip();
+                if let Some(r) = self.routes.lookup(dst) {
+                    let hop = r.gateway.unwrap_or(dst);
+                    let dropped = self.arp.remove(hop).len();
+                    self.stats.ip.out_discards += dropped as u64;
+                }
+            }
+        }
         loop {
             let Some(c) = self.conns.get_mut(id.0) else {
                 return;

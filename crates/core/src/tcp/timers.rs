@@ -100,6 +100,11 @@ impl Tcb {
                     return;
                 }
                 self.rtt.back_off();
+                // R1 for the handshake too: a SYN or SYN,ACK unanswered three times may be
+                // going to a stale or poisoned link address (RFC 1122 §2.3.2.1, MUST-20).
+                if self.rtt.backoff() == 3 {
+                    self.negative_advice = true;
+                }
                 self.stats.timeouts += 1;
                 self.syn_retransmitted = true;
                 self.rtt_timed = None;

@@ -69,6 +69,9 @@ pub struct SwitchStats {
     pub moved: u64,
     /// Table entries evicted to make room.
     pub evicted: u64,
+    /// Frames discarded at ingress because they were corrupted on the way in (a
+    /// store-and-forward switch checks the Ethernet FCS).
+    pub fcs_errors: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -173,9 +176,16 @@ impl Switch {
                 }
             }
             let Some((t, i)) = best else { break };
-            let Some(frame) = self.ports[i].up.recv(t) else {
+            let Some((frame, fcs_bad)) = self.ports[i].up.recv_checked(t) else {
                 break;
             };
+            if fcs_bad {
+                // Store and forward: a frame whose FCS fails is dropped here, so that a
+                // frame reaching a host is corrupted at most once (on its last link).
+                self.stats.frames_in += 1;
+                self.stats.fcs_errors += 1;
+                continue;
+            }
             self.forward(t, i, frame);
         }
     }
@@ -416,6 +426,41 @@ mod tests {
         sw.send(t0(), 1, eth(mac(3), mac(60000), 0));
         sw.step(t0());
         assert_eq!(sw.stats().flooded, flooded + 1);
+    }
+
+    /// Frames corrupted on their way into the switch are dropped there (FCS check);
+    /// frames corrupted on the way out reach the host, flipped in exactly one bit.
+    #[test]
+    fn corrupted_ingress_frames_are_dropped_egress_ones_delivered() {
+        let cfg = ImpairConfig {
+            corrupt: 1.0,
+            ..ImpairConfig::default()
+        };
+        let mut sw = Switch::new(2, ImpairConfig::default(), 7);
+        if let Some((up, _)) = sw.port_config_mut(0) {
+            up.set_config(cfg.clone());
+        }
+        let f = eth(mac(2), mac(1), 1);
+        for _ in 0..10 {
+            sw.send(t0(), 0, f.clone());
+        }
+        assert!(recv_all(&mut sw, t0(), 1).is_empty());
+        assert_eq!(sw.stats().fcs_errors, 10);
+
+        let mut sw = Switch::new(2, ImpairConfig::default(), 7);
+        if let Some((_, down)) = sw.port_config_mut(1) {
+            down.set_config(cfg);
+        }
+        for _ in 0..10 {
+            sw.send(t0(), 0, f.clone());
+        }
+        let got = recv_all(&mut sw, t0(), 1);
+        assert_eq!(got.len(), 10);
+        for g in got {
+            let flipped: u32 = g.iter().zip(&f).map(|(a, b)| (a ^ b).count_ones()).sum();
+            assert_eq!(flipped, 1);
+        }
+        assert_eq!(sw.stats().fcs_errors, 0);
     }
 
     #[test]

@@ -104,6 +104,9 @@ struct InFlight {
     at: Instant,
     seq: u64,
     frame: Vec<u8>,
+    /// The frame was corrupted on this wire: a receiver that checks the Ethernet FCS
+    /// (a store-and-forward switch) would discard it.
+    fcs_bad: bool,
 }
 
 impl PartialEq for InFlight {
@@ -221,10 +224,12 @@ impl Wire {
         }
 
         // Corruption: exactly one uniformly chosen bit.
+        let mut fcs_bad = false;
         if len > 0 && chance(d.corrupt, self.cfg.corrupt) {
             let bit = below(d.corrupt_bit, (len as u128) * 8) as usize;
             frame[bit / 8] ^= 1 << (bit % 8);
             self.stats.corrupted += 1;
+            fcs_bad = true;
         }
 
         // Arrival.
@@ -242,19 +247,24 @@ impl Wire {
 
         if copies == 2 {
             self.stats.duplicated += 1;
-            self.push(at, frame.clone());
+            self.push(at, frame.clone(), fcs_bad);
         }
         // When duplicated, the first pushed copy gets the lower sequence number; both are
         // identical, so "original first" holds either way.
-        self.push(at, frame);
+        self.push(at, frame, fcs_bad);
         SendOutcome::Queued
     }
 
-    fn push(&mut self, at: Instant, frame: Vec<u8>) {
+    fn push(&mut self, at: Instant, frame: Vec<u8>, fcs_bad: bool) {
         self.flight_bytes += frame.len();
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        self.flight.push(Reverse(InFlight { at, seq, frame }));
+        self.flight.push(Reverse(InFlight {
+            at,
+            seq,
+            frame,
+            fcs_bad,
+        }));
     }
 
     /// Forgets serialisation records of frames fully serialised by `now`.
@@ -275,6 +285,14 @@ impl Wire {
 
     /// One frame whose arrival is `<= now`, earliest first (ties: send order), or `None`.
     pub fn recv(&mut self, now: Instant) -> Option<Vec<u8>> {
+        self.recv_checked(now).map(|(f, _)| f)
+    }
+
+    /// Like [`Wire::recv`], and also says whether the frame was corrupted on this wire —
+    /// what a receiver checking the Ethernet FCS would find. Hosts take frames as they
+    /// come (so the IP, TCP and UDP checksums are exercised); a store-and-forward switch
+    /// drops the bad ones, as a real one does.
+    pub fn recv_checked(&mut self, now: Instant) -> Option<(Vec<u8>, bool)> {
         self.prune_txq(now);
         if self.next_arrival()? > now {
             return None;
@@ -283,7 +301,7 @@ impl Wire {
         self.flight_bytes -= f.frame.len();
         self.stats.frames_out += 1;
         self.stats.bytes_out = self.stats.bytes_out.saturating_add(f.frame.len() as u64);
-        Some(f.frame)
+        Some((f.frame, f.fcs_bad))
     }
 
     /// The counters.
