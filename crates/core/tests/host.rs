@@ -2650,3 +2650,131 @@ fn r1_negative_advice_re_resolves_a_poisoned_neighbour() {
     assert_eq!(tcps(&out).len(), 1);
     assert_eq!(parse_ip(&out[0]).unwrap().eth.dst, MAC_P);
 }
+
+// -------------------------------------------------------------------------------------
+// RFC 9293 Appendix B rows not covered above.
+// -------------------------------------------------------------------------------------
+
+/// MUST-48: the application can specify the DiffServ field of what it sends (IP_TOS),
+/// for TCP and for UDP.
+#[test]
+fn tos_is_carried_on_tcp_and_udp() {
+    let mut l = Lab::new(&[]);
+    let c = l.h.tcp_connect(l.now, sa(IP_P, 80), None).unwrap();
+    let syn = tcps(&l.tx());
+    assert_eq!(syn[0].0.hdr.dscp_ecn, 0, "default DiffServ field is 0");
+    l.h.tcp_with(l.now, c, |t| t.set_tos(0xb8)).unwrap();
+    l.advance(Duration::from_secs(1));
+    let again = tcps(&l.tx());
+    assert_eq!(again.len(), 1, "the retransmitted SYN");
+    assert_eq!(again[0].0.hdr.dscp_ecn, 0xb8);
+    let u = l.h.udp_bind(sa(IP_A, 7000)).unwrap();
+    l.h.udp_set_tos(u, 0x28).unwrap();
+    l.h.udp_send_to(l.now, u, sa(IP_P, 9), b"x").unwrap();
+    let out = l.tx();
+    assert_eq!(parse_ip(&out[0]).unwrap().hdr.dscp_ecn, 0x28);
+}
+
+/// MUST-46: an OPEN to a broadcast or multicast address is refused (and nothing is sent).
+#[test]
+fn connect_to_broadcast_or_multicast_is_refused() {
+    let mut l = Lab::new(&[]);
+    for dst in [
+        Ipv4Addr::BROADCAST,
+        Ipv4Addr::new(224, 0, 0, 1),
+        Ipv4Addr::UNSPECIFIED,
+    ] {
+        let e = l.h.tcp_connect(l.now, sa(dst, 80), None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{dst}");
+    }
+    assert!(l.tx().is_empty());
+}
+
+/// MUST-43: an OPEN may name the local address (and port); the SYN comes from it. A
+/// local address that is not ours is refused (MUST-46 "reject OPEN to invalid address").
+#[test]
+fn connect_from_explicit_local_address() {
+    let mut l = Lab::new(&[]);
+    l.h.tcp_connect(l.now, sa(IP_P, 80), Some(sa(IP_A, 4444)))
+        .unwrap();
+    let syn = tcps(&l.tx());
+    assert_eq!(syn[0].0.hdr.src, IP_A);
+    assert_eq!(syn[0].1.src_port, 4444);
+    let e =
+        l.h.tcp_connect(l.now, sa(IP_P, 81), Some(sa(IP_Q, 4444)))
+            .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrNotAvailable);
+    // The same local port towards another remote socket is a different connection.
+    l.h.tcp_connect(l.now, sa(IP_P, 81), Some(sa(IP_A, 4444)))
+        .unwrap();
+    assert_eq!(tcps(&l.tx()).len(), 1);
+}
+
+/// MUST-41, MUST-42: several LISTENs on one port (one per local address) coexist and a
+/// passive OPEN does not interfere with others: one listener serves two peers at once.
+#[test]
+fn listens_on_one_port_coexist_and_serve_several_peers() {
+    let mut l = Lab::new(&[]);
+    let ip2 = Ipv4Addr::new(198, 18, 1, 1);
+    l.h.add_interface(Interface {
+        mac: MAC_B,
+        addr: ip2,
+        prefix_len: 24,
+        mtu: 1500,
+    })
+    .unwrap();
+    let l1 = l.h.tcp_listen(sa(IP_A, 80), 8).unwrap();
+    let _l2 = l.h.tcp_listen(sa(ip2, 80), 8).unwrap();
+    let mut p1 = TcpPeer::new(40_001, 80);
+    let mut p2 = TcpPeer::new(40_002, 80);
+    let c1 = establish(&mut l, l1, &mut p1);
+    let c2 = establish(&mut l, l1, &mut p2);
+    assert_ne!(c1, c2);
+    l.rx(&p1.frame(TcpFlags::ACK | TcpFlags::PSH, b"one"));
+    l.rx(&p2.frame(TcpFlags::ACK | TcpFlags::PSH, b"two"));
+    assert_eq!(recv_all(&mut l.h, l.now, c1), b"one");
+    assert_eq!(recv_all(&mut l.h, l.now, c2), b"two");
+}
+
+/// MUST-49: the TTL of what ember sends is configurable (`ip_def_ttl`).
+#[test]
+fn ttl_is_configurable() {
+    let mut l = Lab::new(&[("ip_def_ttl", "17")]);
+    l.h.tcp_connect(l.now, sa(IP_P, 80), None).unwrap();
+    assert_eq!(tcps(&l.tx())[0].0.hdr.ttl, 17);
+    l.h.set_param("ip_def_ttl", "200").unwrap();
+    let u = l.h.udp_bind(sa(IP_A, 7000)).unwrap();
+    l.h.udp_send_to(l.now, u, sa(IP_P, 9), b"x").unwrap();
+    assert_eq!(parse_ip(&l.tx()[0]).unwrap().hdr.ttl, 200);
+}
+
+/// MUST-55 (source quench is silently discarded) and MUST-56 (no abort on time
+/// exceeded or parameter problem): the connection carries on untouched.
+#[test]
+fn source_quench_time_exceeded_and_param_problem_do_not_abort() {
+    let mut l = Lab::new(&[]);
+    let (id, mut p, segs) = with_unacked(&mut l, 1000);
+    let before = l.h.tcp_info(id).unwrap();
+    let q = segs[0].0.raw[..IPV4_HEADER_LEN + 8].to_vec();
+    let mut msgs = Vec::new();
+    for (ty, code) in [(4u8, 0u8), (11, 0), (12, 0)] {
+        // type, code, checksum, unused/pointer, then the quote
+        let mut m = vec![ty, code, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(&q);
+        let c = ember_core::wire::checksum::checksum(&m);
+        m[2..4].copy_from_slice(&c.to_be_bytes());
+        msgs.push(m);
+    }
+    for m in msgs {
+        let mut r = ip_repr(IP_Q, IP_A, ip_proto::ICMP, m.len());
+        r.ttl = 64;
+        l.rx(&peer_frame(&ip_packet(&r, &m)));
+    }
+    assert!(l.tx().is_empty(), "nothing answers an ICMP error");
+    let after = l.h.tcp_info(id).unwrap();
+    assert_eq!(after.state, State::Established);
+    assert_eq!((after.cwnd, after.ssthresh), (before.cwnd, before.ssthresh));
+    p.ack = p.ack.wrapping_add(1000);
+    l.rx(&p.frame(TcpFlags::ACK | TcpFlags::PSH, b"fine"));
+    assert_eq!(recv_all(&mut l.h, l.now, id), b"fine");
+}

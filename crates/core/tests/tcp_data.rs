@@ -1837,3 +1837,117 @@ fn pair_transfer_drop_every_7th_without_sack() {
     assert!(got == data, "byte-exact");
     assert!(pr.a.stats().retrans_segs > 100);
 }
+
+// ======================================================================================
+// RFC 9293 Appendix B rows not covered above.
+// ======================================================================================
+
+/// MUST-60/61: without a PUSH flag in the SEND call, data is never buffered
+/// indefinitely and the last segment of what is buffered carries PSH; earlier full
+/// segments do not.
+#[test]
+fn psh_on_the_last_segment_of_buffered_data() {
+    let (mut o, mut p) = plain(settings(|_| {}));
+    o.write(&pattern(3 * M + 100));
+    let segs = data_of_owned(o.take_all());
+    // Nagle holds the 100-byte tail while data is unacknowledged...
+    assert_eq!(segs.len(), 3);
+    for s in &segs {
+        assert!(!s.flags().psh(), "not the end of the buffered data");
+    }
+    // ...but not indefinitely: the ACK releases it, with PSH (MUST-60, MUST-61).
+    ack_to(&mut o, &mut p, 3 * MSS);
+    let tail = data_of_owned(o.take_all());
+    assert_eq!(tail.len(), 1);
+    assert_eq!(tail[0].len(), 100);
+    assert!(tail[0].flags().psh());
+    // Without Nagle the last segment of one write carries PSH at once.
+    o.tcb.set_nodelay(true);
+    o.write(&pattern(2 * M + 7));
+    let segs = data_of_owned(o.take_all());
+    assert_eq!(segs.len(), 3);
+    assert!(!segs[0].flags().psh() && !segs[1].flags().psh());
+    assert!(segs[2].flags().psh());
+}
+
+fn data_of_owned(segs: Vec<Seg>) -> Vec<Seg> {
+    segs.into_iter().filter(|s| !s.data.is_empty()).collect()
+}
+
+/// MUST-65: the MSS option is sent only on SYN segments.
+#[test]
+fn mss_option_only_on_syn() {
+    let mut o = One::client(settings(|_| {}));
+    let syn = o.pop();
+    assert!(syn.flags().syn() && syn.repr.options.mss.is_some());
+    let (mut o, mut p) = est_rtt(
+        settings(|_| {}),
+        opts(1460, true, true, Some(7)),
+        65535,
+        Duration::ZERO,
+    );
+    o.write(&pattern(5 * M));
+    for s in o.take_all() {
+        assert_eq!(
+            on_wire(&s.repr).options.mss,
+            None,
+            "no MSS on {:?}",
+            s.flags()
+        );
+    }
+    ack_to(&mut o, &mut p, 5 * MSS);
+    for s in o.take_all() {
+        assert_eq!(on_wire(&s.repr).options.mss, None);
+    }
+}
+
+/// MUST-34 (robust against a shrinking window), SHLD-14/15: the peer moves the right
+/// edge of its window to the left. ember sends nothing beyond the new edge, keeps the
+/// data it already sent, and continues byte-exact once the window opens again.
+#[test]
+fn shrinking_window_is_survived() {
+    let (mut o, mut p) = plain(settings(|_| {}));
+    let data = pattern(20 * M);
+    o.write(&data);
+    let first = data_of_owned(o.take_all());
+    assert!(!first.is_empty());
+    let sent: u32 = first.iter().map(|s| s.len() as u32).sum();
+    // The peer acknowledges one segment and shrinks its window to a single segment:
+    // SND.UNA + SND.WND now lies far left of SND.NXT.
+    p.ack = BASE + MSS;
+    p.window = MSS as u16;
+    let seg = p.ack_seg();
+    o.input(&seg, &[]);
+    assert!(
+        data_of_owned(o.take_all()).is_empty(),
+        "no new data beyond the shrunken window"
+    );
+    assert_eq!(o.tcb.state(), State::Established);
+    // The window opens again and everything is acknowledged bit by bit: the rest flows.
+    let mut acked = MSS;
+    let mut got: Vec<u8> = data[..sent as usize].to_vec();
+    p.window = 65535;
+    for _ in 0..100 {
+        if acked as usize >= data.len() {
+            break;
+        }
+        acked = (acked + 4 * MSS).min(got.len() as u32);
+        ack_to(&mut o, &mut p, acked);
+        for s in data_of_owned(o.take_all()) {
+            let off = s.seq().wrapping_sub(BASE) as usize;
+            if off == got.len() {
+                got.extend_from_slice(&s.data);
+            } else {
+                assert_eq!(
+                    &got[off..off + s.len()],
+                    &s.data[..],
+                    "resent bytes are the same"
+                );
+            }
+        }
+        if acked as usize == got.len() && got.len() < data.len() {
+            o.advance(Duration::from_secs(2));
+        }
+    }
+    assert_eq!(got, data);
+}
