@@ -246,42 +246,46 @@ tunables! {
 impl Params {
     /// Relations between tunables that single-value ranges cannot express.
     fn check_relations(&self) -> Result<(), ParamError> {
-        let bad = |name: &'static str, message: String| Err(ParamError::Invalid { name, message });
-        if self.tcp_xmit_hiwat > self.tcp_max_buf {
-            return bad(
+        // (tunable, its value, the tunable it may not exceed, that one's value)
+        let at_most: [(&'static str, u32, &'static str, u32); 5] = [
+            (
                 "tcp_xmit_hiwat",
-                format!("must be at most tcp_max_buf ({})", self.tcp_max_buf),
-            );
-        }
-        if self.tcp_recv_hiwat > self.tcp_max_buf {
-            return bad(
+                self.tcp_xmit_hiwat,
+                "tcp_max_buf",
+                self.tcp_max_buf,
+            ),
+            (
                 "tcp_recv_hiwat",
-                format!("must be at most tcp_max_buf ({})", self.tcp_max_buf),
-            );
-        }
-        if self.tcp_xmit_lowat > self.tcp_xmit_hiwat {
-            return bad(
+                self.tcp_recv_hiwat,
+                "tcp_max_buf",
+                self.tcp_max_buf,
+            ),
+            (
                 "tcp_xmit_lowat",
-                format!("must be at most tcp_xmit_hiwat ({})", self.tcp_xmit_hiwat),
-            );
-        }
-        if self.tcp_rexmit_interval_min > self.tcp_rexmit_interval_max {
-            return bad(
+                self.tcp_xmit_lowat,
+                "tcp_xmit_hiwat",
+                self.tcp_xmit_hiwat,
+            ),
+            (
                 "tcp_rexmit_interval_min",
-                format!(
-                    "must be at most tcp_rexmit_interval_max ({})",
-                    self.tcp_rexmit_interval_max
-                ),
-            );
-        }
-        if self.tcp_smallest_anon_port > self.tcp_largest_anon_port {
-            return bad(
+                self.tcp_rexmit_interval_min,
+                "tcp_rexmit_interval_max",
+                self.tcp_rexmit_interval_max,
+            ),
+            (
                 "tcp_smallest_anon_port",
-                format!(
-                    "must be at most tcp_largest_anon_port ({})",
-                    self.tcp_largest_anon_port
-                ),
-            );
+                self.tcp_smallest_anon_port,
+                "tcp_largest_anon_port",
+                self.tcp_largest_anon_port,
+            ),
+        ];
+        for (name, value, limit_name, limit) in at_most {
+            if value > limit {
+                return Err(ParamError::Invalid {
+                    name,
+                    message: format!("must be at most {limit_name} ({limit})"),
+                });
+            }
         }
         Ok(())
     }

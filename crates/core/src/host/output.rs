@@ -23,10 +23,56 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 /// Ethernet header room at the front of every packet buffer.
 pub(crate) const HEADROOM: usize = ETHERNET_HEADER_LEN;
 
+/// The header of a datagram ember originates (RFC 1122 §3.2.1.7): no options, not a
+/// fragment, DiffServ 0, DF clear; callers adjust with struct update syntax.
+pub(crate) fn plain_header(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    protocol: u8,
+    ttl: u8,
+    ident: u16,
+    payload_len: usize,
+) -> Ipv4Repr {
+    Ipv4Repr {
+        src,
+        dst,
+        protocol,
+        ttl,
+        dscp_ecn: 0,
+        ident,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+        payload_len: payload_len as u16,
+    }
+}
+
+/// A frame buffer (Ethernet headroom first) with `hdr` written in it; the payload goes
+/// at `HEADROOM + IPV4_HEADER_LEN`.
+pub(crate) fn datagram_buffer(hdr: &Ipv4Repr) -> Vec<u8> {
+    let mut f = vec![0u8; HEADROOM + hdr.total_len()];
+    hdr.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+    f
+}
+
 impl Host {
-    /// A zeroed frame buffer for an IP packet of `ip_len` bytes.
-    pub(crate) fn frame_buffer(ip_len: usize) -> Vec<u8> {
-        vec![0u8; HEADROOM + ip_len]
+    /// [`plain_header`] with this host's TTL and a fresh identification.
+    pub(crate) fn header(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        protocol: u8,
+        payload_len: usize,
+    ) -> Ipv4Repr {
+        let ident = self.next_ident();
+        plain_header(
+            src,
+            dst,
+            protocol,
+            self.params.ip_def_ttl as u8,
+            ident,
+            payload_len,
+        )
     }
 
     /// Routes and sends a frame whose IP packet (after the headroom) is complete.
@@ -88,14 +134,13 @@ impl Host {
         for piece in plan {
             let start = (piece.offset - ip.frag_offset) as usize;
             let end = start + piece.len as usize;
-            let mut f = Self::frame_buffer(IPV4_HEADER_LEN + piece.len as usize);
             let hdr = Ipv4Repr {
                 frag_offset: piece.offset,
                 more_frags: piece.more_frags,
                 payload_len: piece.len,
                 ..ip
             };
-            hdr.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+            let mut f = datagram_buffer(&hdr);
             f[HEADROOM + IPV4_HEADER_LEN..].copy_from_slice(&payload[start..end]);
             pieces.push(f);
         }
@@ -220,20 +265,8 @@ impl Host {
         if len > usize::from(u16::MAX) - IPV4_HEADER_LEN {
             return;
         }
-        let mut f = Self::frame_buffer(IPV4_HEADER_LEN + len);
-        let ip = Ipv4Repr {
-            src,
-            dst,
-            protocol: ip_proto::ICMP,
-            ttl: self.params.ip_def_ttl as u8,
-            dscp_ecn: 0,
-            ident: self.next_ident(),
-            dont_frag: false,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: len as u16,
-        };
-        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        let ip = self.header(src, dst, ip_proto::ICMP, len);
+        let mut f = datagram_buffer(&ip);
         msg.emit(&mut f[HEADROOM + IPV4_HEADER_LEN..]);
         self.stats.icmp.out_msgs += 1;
         let _ = self.ip_output(now, f);
@@ -384,20 +417,11 @@ impl Host {
             *local.ip()
         };
         let udp_len = UDP_HEADER_LEN + data.len();
-        let mut f = Self::frame_buffer(IPV4_HEADER_LEN + udp_len);
         let ip = Ipv4Repr {
-            src,
-            dst: *to.ip(),
-            protocol: ip_proto::UDP,
-            ttl: self.params.ip_def_ttl as u8,
             dscp_ecn: tos,
-            ident: self.next_ident(),
-            dont_frag: false,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: udp_len as u16,
+            ..self.header(src, *to.ip(), ip_proto::UDP, udp_len)
         };
-        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        let mut f = datagram_buffer(&ip);
         let u = &mut f[HEADROOM + IPV4_HEADER_LEN..];
         u[UDP_HEADER_LEN..].copy_from_slice(data);
         UdpRepr {

@@ -6,7 +6,7 @@
 //! A connection's `Tcb` is flushed (its segments built into frames) after every input
 //! that touched it, and its earliest deadline is kept in the host's timer set.
 
-use super::output::HEADROOM;
+use super::output::{datagram_buffer, plain_header, HEADROOM};
 use super::{ConnId, Host, ListenerId, SocketEvent};
 use crate::tcp::tcb::ConnSpec;
 use crate::tcp::{Events, SeqNum, State, Tcb, TcbInfo};
@@ -160,20 +160,11 @@ impl Host {
         payload: &[u8],
     ) {
         let tcp_len = r.header_len() + payload.len();
-        let mut f = Self::frame_buffer(IPV4_HEADER_LEN + tcp_len);
         let ip = Ipv4Repr {
-            src,
-            dst,
-            protocol: ip_proto::TCP,
-            ttl: self.params.ip_def_ttl as u8,
-            dscp_ecn: 0,
-            ident: self.next_ident(),
             dont_frag: true,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: tcp_len as u16,
+            ..self.header(src, dst, ip_proto::TCP, tcp_len)
         };
-        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        let mut f = datagram_buffer(&ip);
         let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
         t[r.header_len()..].copy_from_slice(payload);
         r.emit(t, src, dst);
@@ -315,21 +306,21 @@ impl Host {
             };
             let hl = out.repr.header_len();
             let tcp_len = hl + out.payload_len();
-            let mut f = vec![0u8; HEADROOM + IPV4_HEADER_LEN + tcp_len];
+            // `out` borrows the connection, so the identification is taken field by field.
             self.next_ident = self.next_ident.wrapping_add(1);
             let ip = Ipv4Repr {
-                src: *local.ip(),
-                dst: *remote.ip(),
-                protocol: ip_proto::TCP,
-                ttl,
                 dscp_ecn: tos,
-                ident: self.next_ident,
                 dont_frag: true,
-                more_frags: false,
-                frag_offset: 0,
-                payload_len: tcp_len as u16,
+                ..plain_header(
+                    *local.ip(),
+                    *remote.ip(),
+                    ip_proto::TCP,
+                    ttl,
+                    self.next_ident,
+                    tcp_len,
+                )
             };
-            ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+            let mut f = datagram_buffer(&ip);
             let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
             out.repr.emit_header(&mut t[..hl]);
             out.copy_payload(&mut t[hl..]);
