@@ -57,7 +57,13 @@ impl Tcb {
         self.last_rcv = now;
         self.irs = SeqNum(seg.seq);
         self.rcv_nxt = self.irs + 1;
-        self.rcv_adv = self.rcv_nxt;
+        // The window our SYN offered (unscaled, RFC 7323 §2.2) now has a left edge: text
+        // riding on the SYN,ACK is accepted up to it.
+        let offered = self
+            .rcv_cap
+            .saturating_sub(self.rcv_buf.len() as u32)
+            .min(super::tcb::MAX_WINDOW);
+        self.rcv_adv = self.rcv_nxt + offered;
         self.apply_syn_options(now, seg);
         // The window of a SYN is never scaled (RFC 7323 §2.2).
         self.snd_wnd = u32::from(seg.window);

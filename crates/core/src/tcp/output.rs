@@ -350,8 +350,14 @@ impl Tcb {
     fn select_window(&mut self, syn: bool) -> u16 {
         let free = self.rcv_cap.saturating_sub(self.rcv_buf.len() as u32);
         if syn {
+            // The window of a SYN is never scaled (RFC 7323 §2.2), so a retransmitted
+            // SYN,ACK may show less than was advertised since; the right edge we accept
+            // data up to still never moves left.
             let w = free.min(MAX_WINDOW);
-            self.rcv_adv = self.rcv_nxt + w;
+            let edge = self.rcv_nxt + w;
+            if self.rcv_adv < edge || self.rcv_adv.since(self.rcv_nxt) == 0 {
+                self.rcv_adv = edge;
+            }
             return w as u16;
         }
         let cur = self.rcv_adv.since(self.rcv_nxt);
