@@ -156,6 +156,15 @@ pub fn main(a: SimArgs) -> ExitCode {
             eprintln!("{line}");
         }
     }
+    // The Mathis et al. estimate for this path (MSS/RTT * 1.22/sqrt(p)), with the MSS of a
+    // timestamped connection (MTU - 52) and the RTT of the propagation delay plus one
+    // full frame's serialisation each way; only meaningful for random loss.
+    let mathis_mbit = (a.loss > 0.0 && a.delay_ms > 0.0).then(|| {
+        let mss = a.mtu.saturating_sub(52) as f64;
+        let ser = rate.map_or(0.0, |r| (a.mtu + 14) as f64 * 8.0 / r as f64);
+        let rtt = 2.0 * (a.delay_ms / 1000.0 + ser);
+        mss * 8.0 / rtt * 1.22 / a.loss.sqrt() / 1e6
+    });
     let summary = json!({
         "runs": s.runs,
         "ok": s.ok,
@@ -165,6 +174,7 @@ pub fn main(a: SimArgs) -> ExitCode {
         "wall_s": s.wall_s,
         "goodput_mbit": s.goodput_mbit,
         "retransmits": s.retransmits,
+        "mathis_mbit": mathis_mbit,
         "errors": s.reports.iter().filter(|r| !r.ok).map(|r| json!({
             "seed": r.seed, "error": r.error, "variant": r.variant.trim()
         })).collect::<Vec<_>>(),
@@ -178,10 +188,15 @@ pub fn main(a: SimArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         }
-        None => eprintln!(
-            "{} of {} ok; {} bytes in {:.3} s virtual ({:.1} Mbit/s), {:.3} s wall, {} retransmits",
-            s.ok, s.runs, s.bytes, s.virtual_s, s.goodput_mbit, s.wall_s, s.retransmits
-        ),
+        None => {
+            eprintln!(
+                "{} of {} ok; {} bytes in {:.3} s virtual ({:.1} Mbit/s), {:.3} s wall, {} retransmits",
+                s.ok, s.runs, s.bytes, s.virtual_s, s.goodput_mbit, s.wall_s, s.retransmits
+            );
+            if let Some(m) = mathis_mbit {
+                eprintln!("Mathis estimate for this path: {m:.1} Mbit/s per connection");
+            }
+        }
     }
     if s.failed.is_empty() {
         ExitCode::SUCCESS
