@@ -46,7 +46,7 @@ impl Tcb {
         if f.rst() {
             if f.ack() {
                 self.stats.rsts_in += 1;
-                self.fail(now, TcpError::Refused);
+                self.fail(TcpError::Refused);
             }
             return;
         }
@@ -223,13 +223,13 @@ impl Tcb {
                     State::SynReceived if self.passive => {
                         // Back to LISTEN: the half-open connection just goes away.
                         self.error = Some(TcpError::Reset);
-                        self.enter_closed(now);
+                        self.enter_closed();
                     }
-                    State::SynReceived => self.fail(now, TcpError::Refused),
+                    State::SynReceived => self.fail(TcpError::Refused),
                     State::Established | State::FinWait1 | State::FinWait2 | State::CloseWait => {
-                        self.fail(now, TcpError::Reset)
+                        self.fail(TcpError::Reset)
                     }
-                    _ => self.enter_closed(now),
+                    _ => self.enter_closed(),
                 }
             } else {
                 self.challenge_ack(now);
@@ -241,7 +241,7 @@ impl Tcb {
         if f.syn() {
             if self.state == State::SynReceived && self.passive {
                 self.error = Some(TcpError::Reset);
-                self.enter_closed(now);
+                self.enter_closed();
             } else {
                 self.challenge_ack(now);
             }
@@ -420,7 +420,7 @@ impl Tcb {
                     }
                 }
                 State::Closing => self.enter_time_wait(now),
-                State::LastAck => self.enter_closed(now),
+                State::LastAck => self.enter_closed(),
                 _ => {}
             }
         }

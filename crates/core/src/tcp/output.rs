@@ -42,7 +42,7 @@ impl Tcb {
             self.stats.rsts_out += 1;
             let seq = self.snd_nxt;
             let ack = self.rcv_nxt;
-            self.enter_closed(now);
+            self.enter_closed();
             self.events.insert(super::Events::ERROR);
             return Some(self.build_rst(seq, Some(ack)));
         }

@@ -568,11 +568,11 @@ impl Tcb {
     /// Reads in-order data (RFC 9293 §3.10.3 RECEIVE). `Ok(0)` means end of stream (the
     /// peer's FIN was received and everything before it read). `Err(WouldBlock)` when
     /// nothing is available yet.
-    pub fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Result<usize, TcpError> {
+    pub fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Result<usize, TcpError> {
         let n = self.peek(buf)?;
         if n > 0 {
             self.rcv_buf.drain(..n);
-            self.after_read(now);
+            self.after_read();
         }
         Ok(n)
     }
@@ -624,7 +624,7 @@ impl Tcb {
     }
 
     /// After the application read: maybe send a window update (RFC 9293 §3.8.6.2.2).
-    fn after_read(&mut self, _now: Instant) {
+    fn after_read(&mut self) {
         if !self.state.is_synchronized() || self.fin_rcvd {
             return;
         }
@@ -641,11 +641,11 @@ impl Tcb {
     /// shutdown(SHUT_WR) (RFC 9293 §3.10.4 CLOSE of the sending side): queue a FIN after
     /// the buffered data. The FIN goes out at once (on the last data segment or alone);
     /// it is never held for Nagle or cork.
-    pub fn shutdown_write(&mut self, now: Instant) -> Result<(), TcpError> {
+    pub fn shutdown_write(&mut self, _now: Instant) -> Result<(), TcpError> {
         match self.state {
             State::SynSent => {
                 // Nothing was sent: the connection simply goes away.
-                self.enter_closed(now);
+                self.enter_closed();
                 Ok(())
             }
             State::SynReceived | State::Established => {
@@ -688,7 +688,7 @@ impl Tcb {
 
     /// Abort (RFC 9293 §3.10.5 ABORT, SO_LINGER 0): send a RST if synchronized and drop
     /// everything.
-    pub fn abort(&mut self, now: Instant) {
+    pub fn abort(&mut self, _now: Instant) {
         self.app_closed = true;
         match self.state {
             State::SynReceived
@@ -707,7 +707,7 @@ impl Tcb {
         self.rcv_buf.clear();
         self.ooo.clear();
         if !self.rst_pending {
-            self.enter_closed(now);
+            self.enter_closed();
         } else {
             self.count_close_transition();
             self.state = State::Closed;
@@ -716,7 +716,7 @@ impl Tcb {
     }
 
     /// Moves to CLOSED, stops every timer and tells the owner the `Tcb` can go.
-    pub(super) fn enter_closed(&mut self, _now: Instant) {
+    pub(super) fn enter_closed(&mut self) {
         self.count_close_transition();
         self.state = State::Closed;
         self.clear_timers();
@@ -745,12 +745,12 @@ impl Tcb {
     }
 
     /// The connection failed with `e` (reported to the application) and is gone.
-    pub(super) fn fail(&mut self, now: Instant, e: TcpError) {
+    pub(super) fn fail(&mut self, e: TcpError) {
         self.error = Some(e);
         self.events.insert(Events::ERROR);
         self.snd_buf.clear();
         self.ooo.clear();
-        self.enter_closed(now);
+        self.enter_closed();
     }
 
     /// TCP_NODELAY: disable Nagle (RFC 896).
@@ -815,7 +815,7 @@ impl Tcb {
     /// Path MTU reported by ICMP "fragmentation needed" (RFC 1191, RFC 5927 §4.1: the
     /// owner has already checked the quoted sequence number). Only decreases are taken;
     /// outstanding data is resent at the new size without a congestion response.
-    pub fn on_path_mtu(&mut self, now: Instant, mtu: u32) {
+    pub fn on_path_mtu(&mut self, _now: Instant, mtu: u32) {
         let mtu = mtu.max(68);
         if mtu >= self.pmtu {
             return;
@@ -830,7 +830,6 @@ impl Tcb {
                 self.recover = self.snd_nxt;
             }
             self.rtt_timed = None;
-            let _ = now;
         }
     }
 
@@ -839,11 +838,11 @@ impl Tcb {
     /// unreachable (codes 2, 3) abort a connection that is still opening; every other
     /// code, and any code once established, is a soft error (MUST-56: no abort on codes
     /// 0, 1, 5): it is reported only if the connection later times out, as Linux does.
-    pub fn on_unreachable(&mut self, now: Instant, code: u8) {
+    pub fn on_unreachable(&mut self, _now: Instant, code: u8) {
         let hard = matches!(code, 2 | 3);
         let opening = matches!(self.state, State::SynSent | State::SynReceived);
         if hard && opening {
-            self.fail(now, TcpError::Refused);
+            self.fail(TcpError::Refused);
         } else {
             self.soft_error = Some(if hard {
                 TcpError::Refused

@@ -35,12 +35,12 @@ impl Tcb {
             match self.state {
                 // RFC 9293 §3.6: 2 MSL passed.
                 State::TimeWait => {
-                    self.enter_closed(now);
+                    self.enter_closed();
                     return;
                 }
                 // The application is gone and the peer never sent its FIN.
                 State::FinWait2 | State::FinWait1 | State::Closing | State::LastAck => {
-                    self.enter_closed(now);
+                    self.enter_closed();
                     return;
                 }
                 _ => {}
@@ -96,7 +96,7 @@ impl Tcb {
                 let limit = self.user_timeout.unwrap_or(self.set.abort_cinterval);
                 if elapsed >= limit {
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
-                    self.fail(now, e);
+                    self.fail(e);
                     return;
                 }
                 self.rtt.back_off();
@@ -121,7 +121,7 @@ impl Tcb {
                 if elapsed >= limit {
                     // A soft error seen meanwhile explains the timeout better.
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
-                    self.fail(now, e);
+                    self.fail(e);
                     return;
                 }
                 self.stats.timeouts += 1;
@@ -169,13 +169,13 @@ impl Tcb {
         }
         let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
         if self.persist_backoff > 0 && now.saturating_duration_since(self.last_rcv) >= limit {
-            self.fail(now, TcpError::TimedOut);
+            self.fail(TcpError::TimedOut);
             return;
         }
         // An orphan (the application closed it) may not hold its buffers forever against
         // a peer that answers probes but never opens its window (Linux: tcp_orphan_retries).
         if self.app_closed && self.persist_backoff >= ORPHAN_PROBES {
-            self.fail(now, TcpError::TimedOut);
+            self.fail(TcpError::TimedOut);
             return;
         }
         self.probe_pending = true;
@@ -205,7 +205,7 @@ impl Tcb {
             return;
         }
         if self.keepalive_sent >= self.set.keepalive_probes {
-            self.fail(now, TcpError::TimedOut);
+            self.fail(TcpError::TimedOut);
             return;
         }
         self.keepalive_sent += 1;
