@@ -47,38 +47,8 @@ fn opts(mss: u16, sack: bool, ts: bool, ws: Option<u8>) -> TcpOptions {
 /// Like `One::established`, but the SYN,ACK arrives `rtt` after the SYN (so the handshake
 /// gives the RTT estimator a sample of `rtt`).
 fn est_rtt(s: TcpSettings, o: TcpOptions, window: u16, rtt: Duration) -> (One, Peer) {
-    let mut one = One::client(s);
-    let syn = one.pop();
-    assert!(syn.flags().syn());
-    one.now += rtt;
-    let tsval = o.timestamps.map(|(v, _)| v);
-    let mut synack = TcpRepr {
-        src_port: SERVER.port(),
-        dst_port: CLIENT.port(),
-        seq: SERVER_ISS,
-        ack: CLIENT_ISS + 1,
-        flags: TcpFlags::SYN | TcpFlags::ACK,
-        window,
-        urgent: 0,
-        options: o,
-    };
-    if let (Some(v), Some((ours, _))) = (tsval, syn.repr.options.timestamps) {
-        synack.options.timestamps = Some((v, ours));
-    }
-    one.input(&synack, &[]);
-    assert_eq!(one.tcb.state(), State::Established);
-    let ack = one.pop();
-    assert!(ack.flags().ack() && !ack.flags().syn());
-    assert!(one.sent.is_empty());
-    let peer = Peer {
-        port: SERVER.port(),
-        our_port: CLIENT.port(),
-        seq: PBASE,
-        ack: BASE,
-        window,
-        tsval: tsval.map(|v| v + 1),
-        tsecr: ack.repr.options.timestamps.map_or(0, |t| t.0),
-    };
+    let (one, peer) = One::established_after(s, o, window, rtt);
+    assert_eq!((peer.seq, peer.ack), (PBASE, BASE));
     (one, peer)
 }
 

@@ -150,9 +150,21 @@ impl One {
     /// A client that completed the handshake with a peer offering `opts`, with the given
     /// peer window. Returns the test's view of the peer.
     pub fn established(s: TcpSettings, opts: TcpOptions, window: u16) -> (One, Peer) {
+        One::established_after(s, opts, window, Duration::ZERO)
+    }
+
+    /// Like [`One::established`], with the SYN,ACK arriving `rtt` after the SYN (so the
+    /// connection starts with an RTT sample of `rtt`).
+    pub fn established_after(
+        s: TcpSettings,
+        opts: TcpOptions,
+        window: u16,
+        rtt: Duration,
+    ) -> (One, Peer) {
         let mut o = One::client(s);
         let syn = o.sent.pop_front().expect("SYN");
         assert!(syn.flags().syn());
+        o.now += rtt;
         let tsval = opts.timestamps.map(|(v, _)| v);
         let mut synack = TcpRepr {
             src_port: SERVER.port(),
@@ -170,7 +182,8 @@ impl One {
         o.input(&synack, &[]);
         assert_eq!(o.tcb.state(), State::Established);
         let ack = o.sent.pop_front().expect("ACK of SYN,ACK");
-        assert!(ack.flags().ack());
+        assert!(ack.flags().ack() && !ack.flags().syn());
+        assert!(o.sent.is_empty(), "nothing but the ACK of the SYN,ACK");
         let peer = Peer {
             port: SERVER.port(),
             our_port: CLIENT.port(),
