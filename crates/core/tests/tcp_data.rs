@@ -1921,3 +1921,32 @@ fn shrinking_window_is_survived() {
     }
     assert_eq!(got, data);
 }
+
+/// Congestion control is selectable per connection (TCP_CONGESTION): a NewReno
+/// connection on a stack whose default is CUBIC halves its window on fast retransmit
+/// (RFC 5681 §3.2) where the CUBIC one takes 0.7 (RFC 9438 §4.6).
+#[test]
+fn congestion_control_is_selectable_per_connection() {
+    let reduce = |per_conn: Option<CcAlgorithm>| {
+        let (mut o, mut p) = plain(settings(|s| s.cc = CcAlgorithm::Cubic));
+        if let Some(a) = per_conn {
+            o.tcb.set_congestion_control(a);
+        }
+        let name = o.tcb.info().cc;
+        o.write(&pattern(10 * M));
+        o.take_all();
+        let before = o.tcb.info().cwnd;
+        p.ack = BASE;
+        for _ in 0..3 {
+            let seg = p.ack_seg();
+            o.input(&seg, &[]);
+        }
+        (name, before, o.tcb.info().ssthresh)
+    };
+    let (name, cwnd, ssthresh) = reduce(None);
+    assert_eq!(name, "cubic");
+    assert_eq!(ssthresh, cwnd * 7 / 10);
+    let (name, cwnd, ssthresh) = reduce(Some(CcAlgorithm::NewReno));
+    assert_eq!(name, "newreno");
+    assert_eq!(ssthresh, cwnd / 2);
+}

@@ -15,7 +15,7 @@
 //!   the assembler are bounded by tunables. No input can grow a `Tcb` without bound.
 
 use super::assembler::Assembler;
-use super::cc::{Cc, CongestionControl};
+use super::cc::{Cc, CcAlgorithm, CongestionControl};
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
@@ -769,6 +769,18 @@ impl Tcb {
         } else {
             self.cork_deadline = None;
         }
+    }
+
+    /// TCP_CONGESTION: choose this connection's congestion control (the
+    /// `tcp_congestion_control` tunable gives the default). The new algorithm starts from
+    /// the initial window: no state is carried between algorithms, so a change
+    /// mid-transfer is a conservative restart, like a restart after idle.
+    pub fn set_congestion_control(&mut self, alg: CcAlgorithm) {
+        if alg == self.set.cc {
+            return;
+        }
+        self.set.cc = alg;
+        self.cc = Cc::new(alg, self.mss(), self.set.init_cwnd);
     }
 
     /// SO_KEEPALIVE (RFC 9293 §3.8.4): probe an idle connection.
