@@ -616,12 +616,7 @@ impl Tcb {
             // Data for a connection nobody will read: reset it (as Linux does).
             let end = seq + payload.len() as u32;
             if end > self.rcv_nxt {
-                self.rst_pending = true;
-                self.error.get_or_insert(TcpError::Aborted);
-                self.snd_buf.clear();
-                self.count_close_transition();
-                self.state = State::Closed;
-                self.clear_timers();
+                self.abort(now);
                 return;
             }
         }
