@@ -1,8 +1,33 @@
 //! # ember-runtime
 //!
-//! The runtime layer of ember: devices today (in-memory Ethernet links and a switch with
-//! seeded impairment, [`dev`]); vertical perimeters (squeues), the connection
-//! classifier, TCP fusion, sockets, tunables, counters and probes next. The protocol core
-//! (`ember-core`) never touches a thread or a clock; this crate is where they live.
+//! The runtime layer of ember, Solaris 10 FireEngine's architecture in user space:
+//!
+//! * [`squeue`]: vertical perimeters (serialisation queues), one per CPU, with entry
+//!   modes process / nodrain / fill, a worker thread each and a timer wheel;
+//! * [`classifier`]: the connected and bind tables that send each segment to its
+//!   connection's squeue;
+//! * [`stack`]: the stack itself (squeues, classifier, IP layer, devices, tunables,
+//!   counters, probes, filter), with TCP Fusion for connections between two of its own
+//!   sockets;
+//! * [`socket`]: `TcpListener`, `TcpStream`, `UdpSocket` and a `Poller`, with the
+//!   kernel's semantics and error kinds;
+//! * [`dev`]: devices: the in-memory link (impaired, seeded) in virtual time for the
+//!   simulator and in real time as a stack device.
+//!
+//! The protocol core (`ember-core`) never touches a thread or a clock; this crate is
+//! where they live.
 
+#[cfg(not(loom))]
+pub mod classifier;
+pub mod clock;
 pub mod dev;
+pub mod socket;
+pub mod squeue;
+#[cfg(not(loom))]
+pub mod stack;
+mod sync;
+
+#[cfg(not(loom))]
+pub use socket::{Poller, TcpListener, TcpStream, UdpSocket};
+#[cfg(not(loom))]
+pub use stack::{FilterRule, IfaceConfig, Probe, ProbeEvent, Stack, StackBuilder};

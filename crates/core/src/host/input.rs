@@ -162,6 +162,14 @@ impl Host {
                     // TCP never accepts broadcast or multicast (RFC 1122 §4.2.3.10).
                     return;
                 }
+                if self.tcp_external {
+                    self.push_upcall(super::TcpUpcall::Segment {
+                        src: ip.src,
+                        dst: ip.dst,
+                        segment: payload.to_vec(),
+                    });
+                    return;
+                }
                 let Ok((seg, data)) = TcpRepr::parse(payload, ip.src, ip.dst, true) else {
                     // RFC 4022: tcpInSegs counts segments received in error too.
                     self.stats.tcp.in_segs += 1;
@@ -266,6 +274,16 @@ impl Host {
         let seq = u32::from_be_bytes([transport[4], transport[5], transport[6], transport[7]]);
         let local = SocketAddrV4::new(q.src, sport);
         let remote = SocketAddrV4::new(q.dst, dport);
+        if self.tcp_external {
+            self.push_upcall(super::TcpUpcall::IcmpError {
+                local,
+                remote,
+                seq,
+                code,
+                mtu,
+            });
+            return;
+        }
         self.tcp_icmp_error(now, local, remote, seq, code, mtu);
     }
 

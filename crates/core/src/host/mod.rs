@@ -46,6 +46,7 @@ use slab::Slab;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+pub use output::HEADROOM;
 pub use tcp::{Conn, Listener};
 
 /// Frames waiting for the driver beyond this are dropped (counted as ipOutDiscards).
@@ -82,6 +83,33 @@ pub enum SocketEvent {
     /// A datagram arrived.
     Udp(UdpId),
 }
+
+/// What a host with external TCP ([`Host::set_tcp_external`]) hands to its owner instead
+/// of running TCP itself: the FireEngine runtime keeps connections in its squeues and
+/// uses `Host` for IP, ARP, ICMP, UDP and reassembly only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpUpcall {
+    /// A TCP segment for one of our addresses (complete datagram, not broadcast; the
+    /// checksum is not verified yet).
+    Segment {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        /// TCP header and payload.
+        segment: Vec<u8>,
+    },
+    /// An ICMP destination unreachable quoting one of our TCP segments (RFC 5927: the
+    /// owner validates `seq` against the connection).
+    IcmpError {
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seq: u32,
+        code: u8,
+        mtu: u16,
+    },
+}
+
+/// Upcalls waiting for the owner beyond this are dropped (counted as ipInDiscards).
+pub const MAX_TCP_UPCALLS: usize = 65_536;
 
 /// A frame for the driver to put on interface `iface`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +162,9 @@ pub struct Host {
     pub(crate) next_port: u32,
     pub(crate) stats: HostStats,
     pub(crate) gone_tcb_stats: TcbStats,
+    /// TCP runs outside (see [`TcpUpcall`]).
+    pub(crate) tcp_external: bool,
+    pub(crate) tcp_up: VecDeque<TcpUpcall>,
 }
 
 fn arp_config(p: &Params) -> ArpConfig {
@@ -198,6 +229,8 @@ impl Host {
             next_port: 0,
             stats: HostStats::default(),
             gone_tcb_stats: TcbStats::default(),
+            tcp_external: false,
+            tcp_up: VecDeque::new(),
             params,
         }
     }
@@ -275,6 +308,26 @@ impl Host {
         );
         self.rst_bucket = rst_bucket(&self.params);
         Ok(())
+    }
+
+    /// Hands TCP to the owner: segments and ICMP errors for TCP become [`TcpUpcall`]s
+    /// (read them with [`Host::poll_tcp_upcall`]) instead of reaching this host's own
+    /// connections. The owner sends its segments with [`Host::send_datagram`].
+    pub fn set_tcp_external(&mut self, on: bool) {
+        self.tcp_external = on;
+    }
+
+    /// The next TCP upcall (external TCP only).
+    pub fn poll_tcp_upcall(&mut self) -> Option<TcpUpcall> {
+        self.tcp_up.pop_front()
+    }
+
+    pub(crate) fn push_upcall(&mut self, u: TcpUpcall) {
+        if self.tcp_up.len() >= MAX_TCP_UPCALLS {
+            self.stats.ip.in_discards += 1;
+            return;
+        }
+        self.tcp_up.push_back(u);
     }
 
     /// The next frame to transmit.

@@ -21,7 +21,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Ethernet header room at the front of every packet buffer.
-pub(crate) const HEADROOM: usize = ETHERNET_HEADER_LEN;
+pub const HEADROOM: usize = ETHERNET_HEADER_LEN;
 
 /// The header of a datagram ember originates (RFC 1122 §3.2.1.7): no options, not a
 /// fragment, DiffServ 0, DF clear; callers adjust with struct update syntax.
@@ -238,8 +238,46 @@ impl Host {
         self.push_tx(iface, f);
     }
 
-    /// The source address to use towards `dst`.
-    pub(crate) fn source_for(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u32)> {
+    /// Sends an IP datagram built by the owner (external TCP): `frame` holds
+    /// [`HEADROOM`] bytes for the Ethernet header, then a complete IPv4 datagram. It is
+    /// routed, fragmented if DF is clear and it exceeds the MTU, resolved through ARP and
+    /// queued for the driver ([`Host::poll_transmit`]); to our own address it goes to the
+    /// loopback queue.
+    pub fn send_datagram(&mut self, now: Instant, frame: Vec<u8>) -> io::Result<()> {
+        if frame.len() < HEADROOM + IPV4_HEADER_LEN {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        let r = self.ip_output(now, frame);
+        self.run_loopback(now);
+        r
+    }
+
+    /// Where a datagram to `dst` leaves: the interface, the next hop's link address if
+    /// ARP knows it, and the path MTU. `None` when there is no route, `dst` is one of
+    /// ours, or it is a broadcast address (those take [`Host::send_datagram`]).
+    pub fn next_hop(&self, now: Instant, dst: Ipv4Addr) -> Option<(IfaceId, Option<MacAddr>, u32)> {
+        if self.is_local_addr(dst) || self.is_broadcast_addr(dst) {
+            return None;
+        }
+        let r = self.routes.lookup(dst)?;
+        let ifc = self.ifaces.get(usize::from(r.iface.0))?;
+        let mtu = r.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu);
+        let hop = r.gateway.unwrap_or(dst);
+        Some((r.iface, self.arp.lookup(now, hop), mtu))
+    }
+
+    /// Forgets the link address of the next hop towards `dst` (MUST-20 negative
+    /// advice). Queued packets for it are dropped and counted.
+    pub fn forget_next_hop(&mut self, dst: Ipv4Addr) {
+        if let Some(r) = self.routes.lookup(dst) {
+            let hop = r.gateway.unwrap_or(dst);
+            let dropped = self.arp.remove(hop).len();
+            self.stats.ip.out_discards += dropped as u64;
+        }
+    }
+
+    /// The source address to use towards `dst`, and the path MTU.
+    pub fn source_for(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u32)> {
         if dst.is_loopback() {
             return Some((Ipv4Addr::LOCALHOST, 65_535));
         }
@@ -452,6 +490,11 @@ impl Host {
             .get_mut(id.0)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
         sock.pop().ok_or_else(|| io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Datagrams waiting on a UDP socket.
+    pub fn udp_pending(&self, id: UdpId) -> usize {
+        self.udp.get(id.0).map_or(0, |u| u.len())
     }
 
     /// Closes a UDP socket.

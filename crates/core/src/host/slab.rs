@@ -8,6 +8,13 @@ pub struct Key {
     pub(crate) gen: u32,
 }
 
+impl Key {
+    /// The key as one number (index in the low half), e.g. to tag squeue work items.
+    pub fn as_u64(self) -> u64 {
+        u64::from(self.gen) << 32 | u64::from(self.idx)
+    }
+}
+
 #[derive(Debug)]
 struct Slot<T> {
     gen: u32,
@@ -68,6 +75,40 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Two distinct live entries at once (`None` if either is missing or `a == b`).
+    pub fn get2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
+        if a.idx == b.idx {
+            return None;
+        }
+        let (lo, hi, swap) = if a.idx < b.idx {
+            (a, b, false)
+        } else {
+            (b, a, true)
+        };
+        let (left, right) = self.slots.split_at_mut(hi.idx as usize);
+        let x = left.get_mut(lo.idx as usize)?;
+        let y = right.first_mut()?;
+        if x.gen != lo.gen || y.gen != hi.gen {
+            return None;
+        }
+        let (x, y) = (x.val.as_mut()?, y.val.as_mut()?);
+        Some(if swap { (y, x) } else { (x, y) })
+    }
+
+    /// The key the next [`Slab::insert`] will return.
+    pub fn next_key(&self) -> Key {
+        match self.free.last() {
+            Some(&idx) => Key {
+                idx,
+                gen: self.slots[idx as usize].gen.wrapping_add(1),
+            },
+            None => Key {
+                idx: self.slots.len() as u32,
+                gen: 0,
+            },
+        }
+    }
+
     pub fn remove(&mut self, k: Key) -> Option<T> {
         let s = self.slots.get_mut(k.idx as usize)?;
         if s.gen != k.gen || s.val.is_none() {
@@ -110,6 +151,24 @@ impl<T> Slab<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn get2_mut_and_next_key() {
+        let mut s = Slab::default();
+        let k = s.next_key();
+        let a = s.insert(1);
+        assert_eq!(k, a);
+        let b = s.insert(2);
+        assert!(s.get2_mut(a, a).is_none());
+        let (x, y) = s.get2_mut(b, a).unwrap();
+        assert_eq!((*x, *y), (2, 1));
+        *x = 20;
+        s.remove(a);
+        let k = s.next_key();
+        assert!(s.get2_mut(a, b).is_none());
+        assert_eq!(s.insert(3), k);
+        assert_eq!(s.get(b), Some(&20));
+    }
 
     #[test]
     fn stale_keys_miss() {

@@ -21,9 +21,16 @@ const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
 impl Tcb {
     /// A segment for this connection arrived (RFC 9293 §3.10.7.3 SYN-SENT,
-    /// §3.10.7.4 other states). `payload` is the segment text.
+    /// §3.10.7.4 other states). `payload` is the segment text. While fused only a RST
+    /// is processed.
     pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
         self.stats.segs_in += 1;
+        if self.fused && !seg.flags.rst() {
+            // Fused (see `fusion.rs`): the peer sends no segments, so anything but its
+            // RST (an abort) is stale or forged; taking it could break RCV.NXT ==
+            // peer's SND.NXT, on which fused writes rely.
+            return;
+        }
         match self.state {
             State::Closed | State::Listen => {}
             State::SynSent => self.on_segment_syn_sent(now, seg, payload),

@@ -35,11 +35,13 @@ pub mod rtt;
 pub mod sack;
 pub mod seq;
 
+mod fusion;
 mod input;
 mod output;
 pub mod tcb;
 mod timers;
 
+pub use fusion::FuseRefusal;
 pub use seq::SeqNum;
 pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats};
 

@@ -32,6 +32,7 @@ enum Kind {
 
 impl Tcb {
     /// The next segment to send, if any. Call until it returns `None` after every input.
+    /// While fused only a RST (abort) can come out.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Outgoing<'_>> {
         // A RST answering an unacceptable segment (<SEQ=SEG.ACK><CTL=RST>).
         if let Some(seq) = self.rst_reply.take() {
@@ -45,6 +46,11 @@ impl Tcb {
             self.enter_closed();
             self.events.insert(super::Events::ERROR);
             return Some(self.build_rst(seq, Some(ack)));
+        }
+        if self.fused {
+            // Fused (see `fusion.rs`): nothing but a RST ever leaves; a queued FIN waits
+            // for the unfuse.
+            return None;
         }
         match self.state {
             State::Closed | State::Listen => return None,

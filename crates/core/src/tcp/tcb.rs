@@ -102,6 +102,9 @@ pub struct TcbInfo {
     pub backoff: u32,
     pub cc: &'static str,
     pub stats: TcbStats,
+    /// The connection is fused with a local peer (TCP Fusion, see `fusion.rs`): data
+    /// moves between the two `Tcb`s without segments.
+    pub fused: bool,
 }
 
 /// Where loss recovery stands (RFC 6675 §5, RFC 6582, RFC 6298 §5).
@@ -268,6 +271,15 @@ pub struct Tcb {
     /// R1 was reached: the owner should give IP negative advice (MUST-20).
     pub(super) negative_advice: bool,
 
+    // TCP Fusion (`fusion.rs`).
+    /// Fused with a local peer: no segments, no timers; data moves by `fused_send`.
+    pub(super) fused: bool,
+    /// May never be fused (simultaneous open, or unfused once: unfusing is permanent).
+    pub(super) unfusable: bool,
+    /// A fused write could not move everything it was given: the next window
+    /// synchronisation that reopens enough space reports `WRITABLE`.
+    pub(super) fused_wblocked: bool,
+
     pub(super) events: Events,
     pub(super) error: Option<TcpError>,
     pub(super) stats: TcbStats,
@@ -392,6 +404,9 @@ impl Tcb {
             tos: 0,
             soft_error: None,
             negative_advice: false,
+            fused: false,
+            unfusable: false,
+            fused_wblocked: false,
             events: Events::default(),
             error: None,
             stats: TcbStats::default(),
@@ -493,6 +508,10 @@ impl Tcb {
     /// Appends data to the send buffer (RFC 9293 §3.10.2 SEND). Returns how many bytes
     /// were taken; `Err(WouldBlock)` when the buffer is full. Data is sent by the next
     /// `poll_transmit` calls, subject to the windows, Nagle and cork.
+    ///
+    /// On a fused connection ([`Tcb::is_fused`]) this takes nothing and returns
+    /// `Err(WouldBlock)` (after the usual error checks): fused writes go through
+    /// [`Tcb::fused_send`], and the owner unfuses before using the ordinary path.
     pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<usize, TcpError> {
         self.send_inner(now, data, false)
     }
@@ -518,6 +537,11 @@ impl Tcb {
         }
         if self.fin_queued || self.app_closed {
             return Err(TcpError::BrokenPipe);
+        }
+        if self.fused {
+            // A fused connection sends only through `fused_send` (which needs the peer);
+            // the ordinary path takes nothing, so no byte can overtake fused data.
+            return Err(TcpError::WouldBlock);
         }
         let space = (self.snd_cap as usize).saturating_sub(self.snd_buf.len());
         if space == 0 {
@@ -555,6 +579,14 @@ impl Tcb {
     }
 
     /// Bytes written but not yet acknowledged (or not yet sent).
+    /// Free send-buffer space that makes a blocked writer writable again
+    /// (`tcp_xmit_lowat`, at most half the buffer).
+    pub fn send_lowat(&self) -> usize {
+        (self.set.sndlowat as usize)
+            .min(self.snd_cap as usize / 2)
+            .max(1)
+    }
+
     pub fn send_queued(&self) -> usize {
         self.snd_buf.len()
     }
@@ -625,7 +657,8 @@ impl Tcb {
 
     /// After the application read: maybe send a window update (RFC 9293 §3.8.6.2.2).
     fn after_read(&mut self) {
-        if !self.state.is_synchronized() || self.fin_rcvd {
+        // Fused: no segments; the owner moves the window with `fused_sync_window`.
+        if !self.state.is_synchronized() || self.fin_rcvd || self.fused {
             return;
         }
         let adv = self.rcv_adv.since(self.rcv_nxt);
@@ -988,6 +1021,7 @@ impl Tcb {
             backoff: self.rtt.backoff(),
             cc: self.cc.name(),
             stats: self.stats,
+            fused: self.fused,
         }
     }
 

@@ -13,8 +13,12 @@ use crate::time::Instant;
 const ORPHAN_PROBES: u32 = 8;
 
 impl Tcb {
-    /// The earliest instant at which [`Tcb::on_timeout`] has work to do.
+    /// The earliest instant at which [`Tcb::on_timeout`] has work to do. `None` while
+    /// fused: a fused connection runs no timer at all (see `fusion.rs`).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.fused {
+            return None;
+        }
         [
             self.rtx_deadline,
             self.persist_deadline,
@@ -28,8 +32,11 @@ impl Tcb {
         .min()
     }
 
-    /// Runs every timer that is due at `now`.
+    /// Runs every timer that is due at `now`. Does nothing while fused.
     pub fn on_timeout(&mut self, now: Instant) {
+        if self.fused {
+            return;
+        }
         if self.state_deadline.is_some_and(|t| now >= t) {
             self.state_deadline = None;
             match self.state {

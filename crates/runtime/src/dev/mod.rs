@@ -28,13 +28,19 @@
 //! * **Bounded and total.** No input panics; every queue is bounded (configured transmit
 //!   queue, a hard in-flight cap per wire, a bounded MAC table) and drops are counted.
 
+pub mod device;
 pub mod impair;
 pub mod link;
+#[cfg(not(loom))]
+pub mod memlink;
 pub mod switch;
 pub mod wire;
 
+pub use device::Device;
 pub use impair::ImpairConfig;
 pub use link::{End, Link};
+#[cfg(not(loom))]
+pub use memlink::{mem_link, MemLinkEnd};
 pub use switch::{Switch, SwitchStats};
 pub use wire::{SendOutcome, Wire, WireStats};
 

@@ -1,0 +1,24 @@
+//! The device interface between the runtime and whatever carries Ethernet frames.
+//!
+//! A device transmits whole frames (non-blocking: a full queue drops and counts) and
+//! holds received frames until the squeue that owns its receive queue polls them. When
+//! it has something new to deliver (or an earlier delivery time), it calls the waker the
+//! stack gave it, which kicks that squeue's worker; while the worker is busy it simply
+//! polls (FireEngine's switch between interrupts and polling).
+
+use ember_core::time::Instant;
+
+/// A network device as the stack drives it.
+pub trait Device: Send + Sync + 'static {
+    /// Queues a frame for transmission (Ethernet header included, no FCS).
+    fn transmit(&self, frame: Vec<u8>);
+    /// Moves up to `budget` frames that have arrived by `now` into `out`.
+    fn poll_rx(&self, now: Instant, out: &mut Vec<Vec<u8>>, budget: usize);
+    /// When the next frame will be ready, if one is on its way.
+    fn next_rx(&self) -> Option<Instant>;
+    /// Called by the stack once: `waker` is to be called when frames become ready (or the
+    /// next arrival moves earlier).
+    fn set_rx_waker(&self, waker: Box<dyn Fn() + Send + Sync>);
+    /// Largest IP packet the device carries.
+    fn mtu(&self) -> u32;
+}

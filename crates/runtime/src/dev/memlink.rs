@@ -1,0 +1,118 @@
+//! The in-memory link in real time: the foundation's impaired [`Link`] (two wires with
+//! loss, duplication, reordering, corruption, delay, rate and queue), driven by the
+//! process clock, with each end a [`Device`] whose receive side feeds a squeue.
+//!
+//! Transmitting on one end puts the frame on its wire and wakes the other end's squeue;
+//! that squeue polls the wire at the arrival instants the wire announces. Both ends share
+//! one mutex around the link: the wire model is tiny, and a frame crosses it twice (send,
+//! receive), so contention is bounded by the frame rate.
+
+use super::device::Device;
+use super::impair::ImpairConfig;
+use super::link::{End, Link};
+use super::wire::WireStats;
+use ember_core::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock};
+
+struct Shared {
+    link: Mutex<Link>,
+    wakers: [OnceLock<Box<dyn Fn() + Send + Sync>>; 2],
+    mtu: u32,
+}
+
+/// One end of an in-memory link.
+pub struct MemLinkEnd {
+    shared: Arc<Shared>,
+    end: End,
+}
+
+impl core::fmt::Debug for MemLinkEnd {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MemLinkEnd")
+            .field("end", &self.end)
+            .finish()
+    }
+}
+
+fn idx(e: End) -> usize {
+    match e {
+        End::A => 0,
+        End::B => 1,
+    }
+}
+
+/// A real-time in-memory link: `a_to_b` impairs frames from the first end to the
+/// second, `b_to_a` the other way; `seed` makes the impairment reproducible.
+pub fn mem_link(
+    a_to_b: ImpairConfig,
+    b_to_a: ImpairConfig,
+    seed: u64,
+) -> (Arc<MemLinkEnd>, Arc<MemLinkEnd>) {
+    let mtu = (a_to_b.mtu.min(b_to_a.mtu) as u32).clamp(68, 65_535);
+    let shared = Arc::new(Shared {
+        link: Mutex::new(Link::new(a_to_b, b_to_a, seed)),
+        wakers: [OnceLock::new(), OnceLock::new()],
+        mtu,
+    });
+    (
+        Arc::new(MemLinkEnd {
+            shared: shared.clone(),
+            end: End::A,
+        }),
+        Arc::new(MemLinkEnd {
+            shared,
+            end: End::B,
+        }),
+    )
+}
+
+impl MemLinkEnd {
+    fn link(&self) -> std::sync::MutexGuard<'_, Link> {
+        self.shared.link.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counters of the wire this end transmits on.
+    pub fn tx_stats(&self) -> WireStats {
+        self.link().wire(self.end).stats().clone()
+    }
+
+    /// Changes the impairment of the wire this end transmits on.
+    pub fn set_tx_impairment(&self, cfg: ImpairConfig) {
+        self.link().wire_mut(self.end).set_config(cfg);
+    }
+}
+
+impl Device for MemLinkEnd {
+    fn transmit(&self, frame: Vec<u8>) {
+        let now = crate::clock::now();
+        {
+            let mut l = self.link();
+            let _ = l.send(now, self.end, frame);
+        }
+        if let Some(w) = self.shared.wakers[idx(self.end.peer())].get() {
+            w();
+        }
+    }
+
+    fn poll_rx(&self, now: Instant, out: &mut Vec<Vec<u8>>, budget: usize) {
+        let mut l = self.link();
+        for _ in 0..budget {
+            match l.recv(now, self.end) {
+                Some(f) => out.push(f),
+                None => break,
+            }
+        }
+    }
+
+    fn next_rx(&self) -> Option<Instant> {
+        self.link().wire(self.end.peer()).next_arrival()
+    }
+
+    fn set_rx_waker(&self, waker: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.shared.wakers[idx(self.end)].set(waker);
+    }
+
+    fn mtu(&self) -> u32 {
+        self.shared.mtu
+    }
+}

@@ -1,0 +1,247 @@
+//! The only state shared between a connection's squeue and application threads.
+//!
+//! Connection state lives in its squeue and is touched only there. What application
+//! threads see is small and explicit: a readiness word ([`Waitable`]) that the squeue
+//! sets after every activity, a condition variable to park on, the pollers registered on
+//! the socket, and the socket options that never reach TCP (blocking mode, timeouts).
+//!
+//! # Wake-up protocol (no lost wake-ups)
+//! A waiter increments `waiters`, then checks `ready`, then parks, all under `lock`. A
+//! setter stores `ready`, then reads `waiters`, and if non-zero takes `lock` to notify.
+//! Both sides use sequentially consistent operations, so either the setter sees the
+//! waiter or the waiter sees the new bits; the notify happens under the lock, so it
+//! cannot fall between the waiter's check and its park. (Model-checked in `loom_tests`.)
+
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use ember_core::host::Key;
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+/// Readiness bits (level-triggered, like `poll(2)`).
+pub mod ready {
+    /// Data to read, or end of stream, or an error to collect.
+    pub const READ: u32 = 1;
+    /// Room to write (or an error to collect).
+    pub const WRITE: u32 = 2;
+    /// An error is pending (`take_error`).
+    pub const ERROR: u32 = 4;
+    /// The connection is closed both ways, or reset.
+    pub const HUP: u32 = 8;
+    /// A connection waits in a listener's accept queue.
+    pub const ACCEPT: u32 = 16;
+    /// Urgent data is pending.
+    pub const URGENT: u32 = 32;
+    /// The handshake completed (or failed: then ERROR too).
+    pub const CONNECTED: u32 = 64;
+    /// The peer shut down its sending side.
+    pub const RDHUP: u32 = 128;
+}
+
+/// A registration of a socket on a [`crate::socket::Poller`].
+#[cfg(not(loom))]
+pub(crate) struct PollReg {
+    pub poller: std::sync::Weak<crate::socket::poller::PollerInner>,
+    pub interest: u32,
+}
+
+/// Readiness, waiters and pollers of one socket.
+pub struct Waitable {
+    ready: AtomicU32,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    cv: Condvar,
+    #[cfg(not(loom))]
+    pollers: Mutex<Vec<PollReg>>,
+    has_pollers: AtomicBool,
+}
+
+impl Default for Waitable {
+    fn default() -> Self {
+        Waitable {
+            ready: AtomicU32::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+            #[cfg(not(loom))]
+            pollers: Mutex::new(Vec::new()),
+            has_pollers: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Waitable {
+    /// The current readiness bits.
+    pub fn ready(&self) -> u32 {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the readiness bits; wakes waiters and pollers if a bit was raised.
+    pub fn set(&self, bits: u32) {
+        let old = self.ready.swap(bits, Ordering::SeqCst);
+        let raised = bits & !old;
+        if raised == 0 {
+            return;
+        }
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.cv.notify_all();
+        }
+        #[cfg(not(loom))]
+        if self.has_pollers.load(Ordering::SeqCst) {
+            let regs = self.pollers.lock();
+            for r in regs.iter() {
+                if r.interest & raised != 0 {
+                    if let Some(p) = r.poller.upgrade() {
+                        p.notify();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Raises `bits` (keeps the others).
+    pub fn raise(&self, bits: u32) {
+        let cur = self.ready();
+        self.set(cur | bits);
+    }
+
+    /// Parks until one of `mask` is set, or `deadline` passes. Returns the bits of `mask`
+    /// that are set (0 on timeout). `spin` is busy-polled first.
+    pub fn wait(&self, mask: u32, deadline: Option<Instant>, spin: Duration) -> u32 {
+        let now = self.ready() & mask;
+        if now != 0 {
+            return now;
+        }
+        if !spin.is_zero() {
+            let t0 = Instant::now();
+            while t0.elapsed() < spin {
+                let r = self.ready() & mask;
+                if r != 0 {
+                    return r;
+                }
+                core::hint::spin_loop();
+            }
+        }
+        let mut g = self.lock.lock();
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let r = loop {
+            let r = self.ready() & mask;
+            if r != 0 {
+                break r;
+            }
+            match deadline {
+                None => g = self.cv.wait(g),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break 0;
+                    }
+                    g = self.cv.wait_timeout(g, left);
+                }
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(g);
+        r
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn register(&self, reg: PollReg) {
+        let mut v = self.pollers.lock();
+        v.retain(|r| r.poller.strong_count() > 0);
+        v.push(reg);
+        self.has_pollers.store(true, Ordering::SeqCst);
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn deregister(&self, poller: &std::sync::Weak<crate::socket::poller::PollerInner>) {
+        let mut v = self.pollers.lock();
+        v.retain(|r| !r.poller.ptr_eq(poller) && r.poller.strong_count() > 0);
+        self.has_pollers.store(!v.is_empty(), Ordering::SeqCst);
+    }
+}
+
+/// Options that live with the socket handle, not in TCP.
+#[derive(Debug, Clone, Default)]
+pub struct SockOpts {
+    pub nonblocking: bool,
+    pub read_timeout: Option<Duration>,
+    pub write_timeout: Option<Duration>,
+    /// SO_LINGER: `Some(0)` resets on close.
+    pub linger: Option<Duration>,
+    /// Per-socket busy poll (`SO_BUSY_POLL`), added to `squeue_spin_us`.
+    pub busy_poll: Duration,
+}
+
+/// What application threads share with a TCP connection in its squeue.
+pub struct ConnShared {
+    pub sq: usize,
+    pub key: Key,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    pub w: Waitable,
+    pub(crate) opts: Mutex<SockOpts>,
+    /// Bytes readable, as last published by the squeue (FIONREAD without entering it).
+    pub rx_avail: AtomicU64,
+    /// The application closed its handle.
+    pub closed: AtomicBool,
+    /// shutdown(SHUT_RD): reads return end of file.
+    pub rd_shut: AtomicBool,
+}
+
+impl ConnShared {
+    pub fn new(sq: usize, key: Key, local: SocketAddrV4, remote: SocketAddrV4) -> Arc<Self> {
+        Arc::new(ConnShared {
+            sq,
+            key,
+            local,
+            remote,
+            w: Waitable::default(),
+            opts: Mutex::new(SockOpts::default()),
+            rx_avail: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            rd_shut: AtomicBool::new(false),
+        })
+    }
+}
+
+/// A listening socket, shared by the squeues that create its connections and the
+/// threads that accept them.
+pub struct ListenerShared {
+    pub local: SocketAddrV4,
+    /// Largest accept queue (`listen(backlog)` clamped to `tcp_conn_req_max_q`).
+    pub backlog: std::sync::atomic::AtomicU32,
+    /// Established connections waiting for `accept`.
+    pub(crate) accept_q: Mutex<VecDeque<Arc<ConnShared>>>,
+    /// Connections in SYN-RECEIVED (the SYN queue).
+    pub syn_q: std::sync::atomic::AtomicU32,
+    pub w: Waitable,
+    pub(crate) opts: Mutex<SockOpts>,
+    pub closed: AtomicBool,
+}
+
+impl ListenerShared {
+    pub fn new(local: SocketAddrV4, backlog: u32) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(ListenerShared {
+            local,
+            backlog: std::sync::atomic::AtomicU32::new(backlog),
+            accept_q: Mutex::new(VecDeque::new()),
+            syn_q: std::sync::atomic::AtomicU32::new(0),
+            w: Waitable::default(),
+            opts: Mutex::new(SockOpts::default()),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Publishes whether the accept queue is non-empty.
+    pub fn update_ready(&self, queued: usize) {
+        let closed = self.closed.load(Ordering::SeqCst);
+        let bits = if queued > 0 {
+            ready::ACCEPT | ready::READ
+        } else {
+            0
+        } | if closed { ready::HUP } else { 0 };
+        self.w.set(bits);
+    }
+}

@@ -1,0 +1,746 @@
+//! TCP sockets with the semantics of the kernel's: [`TcpListener`] and [`TcpStream`].
+//!
+//! Every call enters the connection's squeue in process mode: on an idle squeue the
+//! calling thread runs TCP itself (no context switch); on a busy one the call is queued
+//! (with its data copied) and the caller spins for `squeue_spin_us` plus the socket's
+//! busy-poll time, then parks until the owner has run it. Blocking calls that cannot
+//! proceed park on the socket's [`Waitable`](super::shared::Waitable) until the squeue
+//! publishes the readiness they need, or their timeout passes (then `WouldBlock`, as
+//! `SO_RCVTIMEO`/`SO_SNDTIMEO` give `EAGAIN`).
+//!
+//! Errors carry the kernel's kinds: `ConnectionRefused`, `ConnectionReset`,
+//! `ConnectionAborted`, `AddrInUse`, `AddrNotAvailable`, `NotConnected`, `BrokenPipe`,
+//! `TimedOut`, `WouldBlock`, `InvalidInput`.
+
+use super::shared::{ready, ConnShared, ListenerShared};
+use crate::squeue::{Mode, Squeue};
+use crate::stack::perim::Perim;
+use crate::stack::{Stack, StackInner};
+use ember_core::tcp::cc::CcAlgorithm;
+use ember_core::tcp::{State, TcbInfo};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Largest chunk copied on the queued (slow) path of one read or write.
+const QUEUED_CHUNK: usize = 1 << 20;
+
+fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
+    for a in addr.to_socket_addrs()? {
+        if let SocketAddr::V4(a) = a {
+            return Ok(a);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "no IPv4 address (ember speaks IPv4)",
+    ))
+}
+
+fn closing(st: &StackInner) -> io::Result<()> {
+    if st.closing.load(Ordering::SeqCst) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotConnected,
+            "the stack was shut down",
+        ));
+    }
+    Ok(())
+}
+
+fn deadline(t: Option<Duration>) -> Option<Instant> {
+    t.map(|d| Instant::now() + d)
+}
+
+fn check_timeout(t: Option<Duration>) -> io::Result<()> {
+    if t == Some(Duration::ZERO) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot set a 0 duration timeout",
+        ));
+    }
+    Ok(())
+}
+
+/// A TCP connection.
+pub struct TcpStream {
+    st: Arc<StackInner>,
+    sh: Arc<ConnShared>,
+}
+
+impl core::fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("local", &self.sh.local)
+            .field("peer", &self.sh.remote)
+            .field("squeue", &self.sh.sq)
+            .finish()
+    }
+}
+
+impl TcpStream {
+    /// connect(): an active open from this stack, blocking until established or failed.
+    pub fn connect(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        let s = Self::connect_start(stack, v4(addr)?)?;
+        s.finish_connect(None)?;
+        Ok(s)
+    }
+
+    /// connect() with a timeout (`TimedOut` when it passes).
+    pub fn connect_timeout(
+        stack: &Stack,
+        addr: SocketAddrV4,
+        t: Duration,
+    ) -> io::Result<TcpStream> {
+        check_timeout(Some(t))?;
+        let s = Self::connect_start(stack, addr)?;
+        s.finish_connect(Some(t))?;
+        Ok(s)
+    }
+
+    /// A non-blocking connect(): the stream is returned at once (SYN sent); it becomes
+    /// writable when established. `take_error` tells a failure.
+    pub fn connect_nonblocking(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
+        let s = Self::connect_start(stack, addr)?;
+        s.sh.opts.lock().nonblocking = true;
+        Ok(s)
+    }
+
+    fn connect_start(stack: &Stack, remote: SocketAddrV4) -> io::Result<TcpStream> {
+        let st = stack.inner.clone();
+        closing(&st)?;
+        if remote.port() == 0
+            || remote.ip().is_unspecified()
+            || remote.ip().is_broadcast()
+            || remote.ip().is_multicast()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "invalid destination",
+            ));
+        }
+        let Some((src, mtu, is_local)) = st.source_for(*remote.ip()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::NetworkUnreachable,
+                "no route to the destination",
+            ));
+        };
+        let sq = st.caller_squeue();
+        for _ in 0..16 {
+            let local = st.ephemeral(src, remote, sq)?;
+            let st2 = st.clone();
+            let r = st.squeues[sq].call(u64::MAX, move |p: &mut Perim| {
+                p.connect(&st2, crate::clock::now(), local, remote, mtu, is_local)
+            });
+            match r {
+                Ok(sh) => return Ok(TcpStream { st, sh }),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "no ephemeral port free",
+        ))
+    }
+
+    fn finish_connect(&self, t: Option<Duration>) -> io::Result<()> {
+        let spin = self.spin();
+        let got = self.sh.w.wait(
+            ready::CONNECTED | ready::ERROR | ready::HUP,
+            deadline(t),
+            spin,
+        );
+        if got == 0 {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
+        }
+        let (state, err) = self.with(|t| (t.state(), t.take_error()))?;
+        if state.is_synchronized() {
+            return Ok(());
+        }
+        Err(match err {
+            Some(e) => e.into(),
+            None => io::Error::new(io::ErrorKind::ConnectionRefused, "connection failed"),
+        })
+    }
+
+    fn sq(&self) -> &Arc<Squeue<Perim>> {
+        &self.st.squeues[self.sh.sq]
+    }
+
+    fn tag(&self) -> u64 {
+        self.sh.key.as_u64()
+    }
+
+    fn spin(&self) -> Duration {
+        self.sq().spin() + self.sh.opts.lock().busy_poll
+    }
+
+    /// Runs `f` in the connection's squeue.
+    fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Perim, &StackInner, ember_core::time::Instant) -> R + Send + 'static,
+    ) -> io::Result<R> {
+        closing(&self.st)?;
+        let st = self.st.clone();
+        Ok(self.sq().call(self.tag(), move |p: &mut Perim| {
+            f(p, &st, crate::clock::now())
+        }))
+    }
+
+    /// Runs `f` on the connection's `Tcb` (and sends what that caused).
+    fn with<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut ember_core::tcp::Tcb) -> R + Send + 'static,
+    ) -> io::Result<R> {
+        let key = self.sh.key;
+        self.call(move |p, st, now| p.with_tcb(st, now, key, f))?
+    }
+
+    fn recv_once(&self, buf: &mut [u8], peek: bool) -> io::Result<usize> {
+        closing(&self.st)?;
+        let key = self.sh.key;
+        let st = &*self.st;
+        match self
+            .sq()
+            .try_process(|p: &mut Perim| p.recv(st, crate::clock::now(), key, buf, peek))
+        {
+            Ok(r) => r,
+            Err(_) => {
+                let len = buf.len().min(QUEUED_CHUNK);
+                let (r, v) = self.call(move |p, st, now| {
+                    let mut v = vec![0u8; len];
+                    let r = p.recv(st, now, key, &mut v, peek);
+                    (r, v)
+                })?;
+                if let Ok(n) = r {
+                    buf[..n].copy_from_slice(&v[..n]);
+                }
+                r
+            }
+        }
+    }
+
+    fn send_once(&self, data: &[u8], oob: bool) -> io::Result<usize> {
+        closing(&self.st)?;
+        let key = self.sh.key;
+        let st = &*self.st;
+        match self
+            .sq()
+            .try_process(|p: &mut Perim| p.send(st, crate::clock::now(), key, data, oob))
+        {
+            Ok(r) => r,
+            Err(_) => {
+                let v = data[..data.len().min(QUEUED_CHUNK)].to_vec();
+                self.call(move |p, st, now| p.send(st, now, key, &v, oob))?
+            }
+        }
+    }
+
+    fn read_inner(&self, buf: &mut [u8], peek: bool) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.sh.rd_shut.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let opts = self.sh.opts.lock().clone();
+        let dl = deadline(opts.read_timeout);
+        loop {
+            match self.recv_once(buf, peek) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
+                    let got =
+                        self.sh
+                            .w
+                            .wait(ready::READ | ready::ERROR | ready::HUP, dl, self.spin());
+                    if got == 0 {
+                        return Err(io::Error::new(io::ErrorKind::WouldBlock, "read timed out"));
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn write_inner(&self, data: &[u8], oob: bool) -> io::Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let opts = self.sh.opts.lock().clone();
+        let dl = deadline(opts.write_timeout);
+        loop {
+            match self.send_once(data, oob) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
+                    let got =
+                        self.sh
+                            .w
+                            .wait(ready::WRITE | ready::ERROR | ready::HUP, dl, self.spin());
+                    if got == 0 {
+                        return Err(io::Error::new(io::ErrorKind::WouldBlock, "write timed out"));
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Reads without consuming (MSG_PEEK).
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf, true)
+    }
+
+    /// Sends `data` as urgent data (MSG_OOB): the urgent pointer marks its last byte.
+    /// Fused connections unfuse first (ember does not carry urgent data fused).
+    pub fn send_urgent(&self, data: &[u8]) -> io::Result<usize> {
+        self.write_inner(data, true)
+    }
+
+    /// SIOCATMARK: is the next byte to read the last urgent byte's successor... that
+    /// is, does the read position sit at the urgent mark? Reads stop at the mark.
+    pub fn at_mark(&self) -> io::Result<bool> {
+        self.with(|t| t.urgent_mark() == Some(0))
+    }
+
+    /// shutdown(2).
+    pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
+        use std::net::Shutdown::*;
+        if matches!(how, Read | Both) {
+            self.sh.rd_shut.store(true, Ordering::SeqCst);
+            self.sh.w.raise(ready::READ);
+        }
+        if matches!(how, Write | Both) {
+            let key = self.sh.key;
+            self.call(move |p, st, now| p.shutdown_write(st, now, key))??;
+        }
+        Ok(())
+    }
+
+    /// TCP_NODELAY.
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.with(move |t| t.set_nodelay(on))
+    }
+
+    /// TCP_CORK: hold partial segments until uncorked or `tcp_cork_interval`.
+    pub fn set_cork(&self, on: bool) -> io::Result<()> {
+        let key = self.sh.key;
+        self.call(move |p, st, now| p.with_tcb(st, now, key, |t| t.set_cork(now, on)))??;
+        Ok(())
+    }
+
+    /// SO_LINGER: `Some(Duration::ZERO)` makes close reset the connection.
+    pub fn set_linger(&self, l: Option<Duration>) -> io::Result<()> {
+        self.sh.opts.lock().linger = l;
+        Ok(())
+    }
+
+    pub fn linger(&self) -> io::Result<Option<Duration>> {
+        Ok(self.sh.opts.lock().linger)
+    }
+
+    /// SO_KEEPALIVE.
+    pub fn set_keepalive(&self, on: bool) -> io::Result<()> {
+        let key = self.sh.key;
+        self.call(move |p, st, now| p.with_tcb(st, now, key, |t| t.set_keepalive(now, on)))??;
+        Ok(())
+    }
+
+    /// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT.
+    pub fn set_keepalive_params(
+        &self,
+        idle: Duration,
+        intvl: Duration,
+        probes: u32,
+    ) -> io::Result<()> {
+        if idle.is_zero() || intvl.is_zero() || probes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "keepalive values must be positive",
+            ));
+        }
+        self.with(move |t| t.set_keepalive_params(idle, intvl, probes))
+    }
+
+    /// TCP_USER_TIMEOUT.
+    pub fn set_user_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.with(move |x| x.set_user_timeout(t))
+    }
+
+    /// TCP_CONGESTION.
+    pub fn set_congestion_control(&self, alg: CcAlgorithm) -> io::Result<()> {
+        self.with(move |t| t.set_congestion_control(alg))
+    }
+
+    /// SO_SNDBUF (clamped to `tcp_max_buf`).
+    pub fn set_send_buffer_size(&self, bytes: usize) -> io::Result<()> {
+        if bytes == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer size 0"));
+        }
+        self.with(move |t| t.set_send_buffer(bytes))
+    }
+
+    /// SO_RCVBUF (clamped to `tcp_max_buf`).
+    pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
+        if bytes == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer size 0"));
+        }
+        self.with(move |t| t.set_recv_buffer(bytes))
+    }
+
+    /// IP_TOS.
+    pub fn set_tos(&self, tos: u8) -> io::Result<()> {
+        self.with(move |t| t.set_tos(tos))
+    }
+
+    /// O_NONBLOCK.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.sh.opts.lock().nonblocking = on;
+        Ok(())
+    }
+
+    /// SO_RCVTIMEO (`None` = block forever; zero is refused, as std does).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.sh.opts.lock().read_timeout = t;
+        Ok(())
+    }
+
+    /// SO_SNDTIMEO.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.sh.opts.lock().write_timeout = t;
+        Ok(())
+    }
+
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.sh.opts.lock().read_timeout)
+    }
+
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.sh.opts.lock().write_timeout)
+    }
+
+    /// SO_BUSY_POLL: spin this long (plus `squeue_spin_us`) before parking.
+    pub fn set_busy_poll(&self, d: Duration) -> io::Result<()> {
+        self.sh.opts.lock().busy_poll = d.min(Duration::from_millis(100));
+        Ok(())
+    }
+
+    /// SO_ERROR: the pending error, cleared.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(self.with(|t| t.take_error())?.map(Into::into))
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::V4(self.sh.local))
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::V4(self.sh.remote))
+    }
+
+    /// FIONREAD: bytes ready to read (as last published by the squeue).
+    pub fn recv_available(&self) -> usize {
+        self.sh.rx_avail.load(Ordering::Relaxed) as usize
+    }
+
+    /// A `tcp_info`-like snapshot (`fused` tells whether TCP Fusion carries the data).
+    pub fn tcp_info(&self) -> io::Result<TcbInfo> {
+        let key = self.sh.key;
+        self.call(move |p, _, _| p.info(key))?
+            .map(|(i, _)| i)
+            .ok_or_else(|| io::ErrorKind::NotConnected.into())
+    }
+
+    /// Is the connection fused with a local peer right now?
+    pub fn is_fused(&self) -> io::Result<bool> {
+        Ok(self.tcp_info()?.fused)
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> io::Result<State> {
+        Ok(self.tcp_info()?.state)
+    }
+
+    /// The squeue this connection is bound to.
+    pub fn squeue(&self) -> usize {
+        self.sh.sq
+    }
+
+    /// sendfile(2): sends `len` bytes of `file` from `offset` (positional reads: the
+    /// file's cursor does not move). Returns bytes sent; stops early on `WouldBlock`
+    /// for a non-blocking socket.
+    pub fn sendfile(&self, file: &std::fs::File, offset: u64, len: usize) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len.min(256 * 1024)];
+        let mut sent = 0usize;
+        while sent < len {
+            let want = (len - sent).min(buf.len());
+            let n = file.read_at(&mut buf[..want], offset + sent as u64)?;
+            if n == 0 {
+                break;
+            }
+            let mut off = 0;
+            while off < n {
+                match self.write_inner(&buf[off..n], false) {
+                    Ok(w) => off += w,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && sent + off > 0 => {
+                        return Ok(sent + off)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            sent += n;
+        }
+        Ok(sent)
+    }
+
+    /// The readiness word (for pollers and async adapters).
+    pub fn readiness(&self) -> u32 {
+        self.sh.w.ready()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<ConnShared> {
+        &self.sh
+    }
+}
+
+impl Read for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf, false)
+    }
+}
+
+impl Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf, false)
+    }
+}
+
+impl Write for TcpStream {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_inner(data, false)
+    }
+
+    /// writev(2): the vector goes to TCP as one send (one segment when it fits).
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (&*self).write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for &TcpStream {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_inner(data, false)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() == 1 {
+            return self.write_inner(&bufs[0], false);
+        }
+        let mut v = Vec::with_capacity(total.min(QUEUED_CHUNK));
+        for b in bufs {
+            let room = QUEUED_CHUNK - v.len();
+            v.extend_from_slice(&b[..b.len().min(room)]);
+            if v.len() == QUEUED_CHUNK {
+                break;
+            }
+        }
+        self.write_inner(&v, false)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for TcpStream {
+    fn drop(&mut self) {
+        if self.sh.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let abort = self.sh.opts.lock().linger == Some(Duration::ZERO);
+        let key = self.sh.key;
+        self.sq()
+            .enter(Mode::Process, self.tag(), move |p: &mut Perim| {
+                if let Some(st) = p.st.upgrade() {
+                    p.close(&st, crate::clock::now(), key, abort);
+                }
+            });
+    }
+}
+
+/// A listening socket.
+pub struct TcpListener {
+    st: Arc<StackInner>,
+    l: Arc<ListenerShared>,
+}
+
+impl core::fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("local", &self.l.local)
+            .finish()
+    }
+}
+
+impl TcpListener {
+    /// bind() + listen(128) with SO_REUSEADDR (as Rust's std does): listening on a port
+    /// that only TIME-WAIT or other connections use is allowed; another listener on the
+    /// same address (or a wildcard overlap) is `AddrInUse`. Port 0 picks a free port.
+    pub fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        Self::bind_with(stack, v4(addr)?, 128, true)
+    }
+
+    /// bind() + listen(`backlog`); without `reuse_addr`, a port any connection still
+    /// uses (TIME-WAIT included) is `AddrInUse`, as Linux without SO_REUSEADDR.
+    pub fn bind_with(
+        stack: &Stack,
+        local: SocketAddrV4,
+        backlog: u32,
+        reuse_addr: bool,
+    ) -> io::Result<TcpListener> {
+        let st = stack.inner.clone();
+        closing(&st)?;
+        if !local.ip().is_unspecified() && !st.is_local_addr(*local.ip()) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                "address not available",
+            ));
+        }
+        let max_q = st.params().tcp_conn_req_max_q;
+        let backlog = backlog.clamp(1, max_q);
+        let local = if local.port() == 0 {
+            let (lo, hi) = {
+                let p = st.params();
+                (p.tcp_smallest_anon_port, p.tcp_largest_anon_port)
+            };
+            let mut found = None;
+            for p in lo..=hi {
+                let p = p as u16;
+                if !st.classifier.listening(*local.ip(), p) && !st.classifier.port_in_use(p) {
+                    found = Some(SocketAddrV4::new(*local.ip(), p));
+                    break;
+                }
+            }
+            found.ok_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port"))?
+        } else {
+            if !reuse_addr && st.classifier.port_in_use(local.port()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "address already in use",
+                ));
+            }
+            local
+        };
+        let l = ListenerShared::new(local, backlog);
+        st.classifier.add_listener(l.clone())?;
+        Ok(TcpListener { st, l })
+    }
+
+    /// accept(): the next established connection (blocking unless non-blocking).
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        loop {
+            closing(&self.st)?;
+            let popped = {
+                let mut q = self.l.accept_q.lock();
+                let c = q.pop_front();
+                let n = q.len();
+                drop(q);
+                self.l.update_ready(n);
+                c
+            };
+            if let Some(sh) = popped {
+                let key = sh.key;
+                self.st.squeues[sh.sq].enter(Mode::Process, key.as_u64(), move |p: &mut Perim| {
+                    p.accepted(key)
+                });
+                let peer = SocketAddr::V4(sh.remote);
+                return Ok((
+                    TcpStream {
+                        st: self.st.clone(),
+                        sh,
+                    },
+                    peer,
+                ));
+            }
+            let opts = self.l.opts.lock().clone();
+            if opts.nonblocking {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let got = self.l.w.wait(
+                ready::ACCEPT | ready::HUP,
+                deadline(opts.read_timeout),
+                Duration::ZERO,
+            );
+            if got == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "accept timed out",
+                ));
+            }
+        }
+    }
+
+    /// Iterates over accepted connections.
+    pub fn incoming(&self) -> impl Iterator<Item = io::Result<TcpStream>> + '_ {
+        std::iter::from_fn(move || Some(self.accept().map(|(s, _)| s)))
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::V4(self.l.local))
+    }
+
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.l.opts.lock().nonblocking = on;
+        Ok(())
+    }
+
+    /// A timeout for blocking `accept` (`WouldBlock` when it passes).
+    pub fn set_accept_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.l.opts.lock().read_timeout = t;
+        Ok(())
+    }
+
+    /// Connections waiting to be accepted.
+    pub fn pending(&self) -> usize {
+        self.l.accept_q.lock().len()
+    }
+
+    /// The readiness word.
+    pub fn readiness(&self) -> u32 {
+        self.l.w.ready()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<ListenerShared> {
+        &self.l
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        self.l.closed.store(true, Ordering::SeqCst);
+        self.st.classifier.remove_listener(&self.l);
+        let queued: Vec<Arc<ConnShared>> = self.l.accept_q.lock().drain(..).collect();
+        drop(queued);
+        for sq in &self.st.squeues {
+            let l = self.l.clone();
+            sq.enter(Mode::Process, u64::MAX, move |p: &mut Perim| {
+                if let Some(st) = p.st.upgrade() {
+                    p.listener_closed(&st, crate::clock::now(), &l);
+                }
+            });
+        }
+        self.l.update_ready(0);
+    }
+}
+
+/// `127.0.0.1:port`.
+pub fn localhost(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)
+}

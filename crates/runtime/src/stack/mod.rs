@@ -1,0 +1,1040 @@
+//! A FireEngine stack: squeues, the classifier, the IP layer, devices, tunables,
+//! counters and probes, put together.
+//!
+//! # Design
+//! * **Squeues** ([`crate::squeue`]): one per CPU given to the stack, each with a worker
+//!   thread pinned to its CPU. Each owns a [`perim::Perim`]: its TCP connections and their
+//!   timer wheel. Connection state is touched only there.
+//! * **Classifier** ([`crate::classifier`]): a sharded connected table and a bind table,
+//!   read without a global lock; it says which squeue a segment goes to.
+//! * **IP layer**: for traffic on devices, the protocol core's `Host` (ARP, ICMP, UDP,
+//!   fragmentation and reassembly) behind one mutex, with TCP handed out to the squeues
+//!   ([`ember_core::host::TcpUpcall`]); established connections cache their next hop and
+//!   send frames to the device directly. Loopback TCP (127/8 and the stack's own
+//!   addresses) never touches it: a segment goes from one perimeter to the other by a
+//!   direct call, without checksums, as on Linux `lo`.
+//! * **Binding**: an outbound connection goes to the squeue of the CPU its caller runs on
+//!   (and its ephemeral port is chosen so the reply's flow hash lands there); an inbound
+//!   one to the squeue of the queue its SYN arrived on; one accepted from a local client
+//!   to the client's squeue (the SYN arrives through the client's loopback path), so the
+//!   two ends share a squeue and can fuse.
+//! * **Probes**: an in-process subscriber API; with no subscriber a probe costs one
+//!   relaxed load and a predictable branch.
+//! * **Filter**: a minimal IP filter (drop rules by protocol, addresses and ports). Adding
+//!   a rule unfuses every fused connection it matches, because fused data would bypass it.
+
+pub(crate) mod perim;
+
+use crate::classifier::{Classifier, Tuple};
+use crate::dev::Device;
+use crate::squeue::{Mode, SqCounters, Squeue};
+use ember_core::host::{Host, HostStats, Interface, TcpUpcall};
+use ember_core::icmp::ratelimit::TokenBucket;
+use ember_core::ip::route::{IfaceId, Route};
+use ember_core::params::{ParamError, Params};
+use ember_core::tcp::isn::IsnGenerator;
+use ember_core::tcp::{TcbInfo, TcpSettings};
+use ember_core::time::Instant;
+use ember_core::wire::MacAddr;
+use perim::{Perim, PerimStats, Seg};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+pub use perim::PerimStats as SqTcpStats;
+
+/// A probe point (DTrace-style provider:name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Probe {
+    /// `tcp:send`: TCP passed `len` payload bytes down (a segment, or a fused write).
+    TcpSend,
+    /// `tcp:receive`: TCP took `len` payload bytes (from a segment, or a fused write).
+    TcpReceive,
+    /// `tcp:state-change` (active open established).
+    StateChange,
+    /// `tcp:connect-request`.
+    ConnectRequest,
+    /// `tcp:connect-established`.
+    ConnectEstablished,
+    /// `tcp:accept-established`.
+    AcceptEstablished,
+    /// A SYN created a passive connection (`tcp:accept-refused` is not a probe here:
+    /// refusals are counted).
+    AcceptEstablishedPending,
+    /// `ip:send`: a datagram (`len` bytes of TCP) left IP; never for fused data.
+    IpSend,
+    /// `ip:receive`.
+    IpReceive,
+    /// `fusion:fuse`.
+    Fuse,
+    /// `fusion:unfuse`.
+    Unfuse,
+    /// `fusion:flowctl` (`len` 1 when the unread-writes limit stopped the writer).
+    FlowCtl,
+}
+
+impl Probe {
+    /// `provider:name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::TcpSend => "tcp:send",
+            Probe::TcpReceive => "tcp:receive",
+            Probe::StateChange => "tcp:state-change",
+            Probe::ConnectRequest => "tcp:connect-request",
+            Probe::ConnectEstablished => "tcp:connect-established",
+            Probe::AcceptEstablished => "tcp:accept-established",
+            Probe::AcceptEstablishedPending => "tcp:accept-pending",
+            Probe::IpSend => "ip:send",
+            Probe::IpReceive => "ip:receive",
+            Probe::Fuse => "fusion:fuse",
+            Probe::Unfuse => "fusion:unfuse",
+            Probe::FlowCtl => "fusion:flowctl",
+        }
+    }
+}
+
+/// The arguments of one probe firing (a stable struct; fields may be added).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeEvent {
+    pub probe: Probe,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    pub len: usize,
+}
+
+type Subscriber = Arc<dyn Fn(&ProbeEvent) + Send + Sync>;
+
+/// A rule of the IP filter: drop datagrams that match every field given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FilterRule {
+    /// IP protocol (6 = TCP, 17 = UDP); `None` = any.
+    pub protocol: Option<u8>,
+    pub src: Option<Ipv4Addr>,
+    pub dst: Option<Ipv4Addr>,
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+}
+
+impl FilterRule {
+    fn matches(&self, proto: u8, from: SocketAddrV4, to: SocketAddrV4) -> bool {
+        self.protocol.is_none_or(|p| p == proto)
+            && self.src.is_none_or(|a| a == *from.ip())
+            && self.dst.is_none_or(|a| a == *to.ip())
+            && self.src_port.is_none_or(|p| p == from.port())
+            && self.dst_port.is_none_or(|p| p == to.port())
+    }
+}
+
+/// Configuration of one interface.
+#[derive(Debug, Clone, Copy)]
+pub struct IfaceConfig {
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    /// `None`: a locally administered address derived from `addr`.
+    pub mac: Option<MacAddr>,
+    /// IP MTU; `None`: 1500.
+    pub mtu: Option<u32>,
+}
+
+/// Builds a [`Stack`].
+pub struct StackBuilder {
+    squeues: Option<usize>,
+    cpus: Option<Vec<usize>>,
+    pin: bool,
+    params: Params,
+    ifaces: Vec<(IfaceConfig, Arc<dyn Device>)>,
+    routes: Vec<(Ipv4Addr, u8, Option<Ipv4Addr>)>,
+    secret: Option<[u8; 16]>,
+}
+
+impl Default for StackBuilder {
+    fn default() -> Self {
+        StackBuilder {
+            squeues: None,
+            cpus: None,
+            pin: true,
+            params: Params::default(),
+            ifaces: Vec::new(),
+            routes: Vec::new(),
+            secret: None,
+        }
+    }
+}
+
+impl StackBuilder {
+    /// Number of squeues (default: one per CPU the process may run on).
+    pub fn squeues(mut self, n: usize) -> Self {
+        self.squeues = Some(n.clamp(1, 1024));
+        self
+    }
+
+    /// The CPUs the squeues' workers are bound to, in order (default: all).
+    pub fn cpus(mut self, cpus: Vec<usize>) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// Pin workers to their CPUs (default on).
+    pub fn pin_workers(mut self, on: bool) -> Self {
+        self.pin = on;
+        self
+    }
+
+    /// Sets a tunable (`ndd` name); a bad name or value is refused.
+    pub fn param(mut self, name: &str, value: &str) -> Result<Self, ParamError> {
+        self.params.set(name, value)?;
+        Ok(self)
+    }
+
+    /// Uses these tunables.
+    pub fn params(mut self, p: Params) -> Self {
+        self.params = p;
+        self
+    }
+
+    /// Adds an interface on `dev`.
+    pub fn interface(mut self, cfg: IfaceConfig, dev: Arc<dyn Device>) -> Self {
+        self.ifaces.push((cfg, dev));
+        self
+    }
+
+    /// Adds a route (a default route is `0.0.0.0/0`).
+    pub fn route(mut self, dst: Ipv4Addr, prefix_len: u8, gateway: Option<Ipv4Addr>) -> Self {
+        self.routes.push((dst, prefix_len, gateway));
+        self
+    }
+
+    /// Fixes the secret for ISNs and ports (tests); default: from the OS.
+    pub fn secret(mut self, s: [u8; 16]) -> Self {
+        self.secret = Some(s);
+        self
+    }
+
+    /// Starts the stack: its squeues and their workers.
+    pub fn build(self) -> io::Result<Stack> {
+        let all_cpus: Vec<usize> = core_affinity::get_core_ids()
+            .map(|v| v.into_iter().map(|c| c.id).collect())
+            .unwrap_or_default();
+        let cpus = self.cpus.clone().unwrap_or_else(|| all_cpus.clone());
+        let n = self.squeues.unwrap_or(cpus.len().max(1));
+        let secret = self.secret.unwrap_or_else(random_secret);
+        let mut host = Host::new(self.params.clone(), secret);
+        host.set_tcp_external(true);
+        let mut devices = Vec::new();
+        let mut addrs = Vec::new();
+        for (cfg, dev) in &self.ifaces {
+            let mac = cfg.mac.unwrap_or_else(|| {
+                let o = cfg.addr.octets();
+                MacAddr([0x02, 0x65, o[0], o[1], o[2], o[3]])
+            });
+            let mtu = cfg.mtu.unwrap_or(1500).min(dev.mtu());
+            host.add_interface(Interface {
+                mac,
+                addr: cfg.addr,
+                prefix_len: cfg.prefix_len,
+                mtu,
+            })
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))?;
+            devices.push((mac, dev.clone()));
+            addrs.push(cfg.addr);
+        }
+        for (dst, plen, gw) in &self.routes {
+            let iface = match gw {
+                Some(g) => host.routes().lookup(*g).map(|r| r.iface).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "gateway unreachable")
+                })?,
+                None => IfaceId(0),
+            };
+            host.add_route(Route {
+                dst: *dst,
+                prefix_len: *plen,
+                gateway: *gw,
+                iface,
+                mtu: None,
+                metric: 0,
+            })
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))?;
+        }
+        let p = &self.params;
+        let inner = Arc::new_cyclic(|weak| {
+            let start = crate::clock::now();
+            let squeues = (0..n)
+                .map(|i| {
+                    let mut perim = Perim::new(i, weak.clone(), start);
+                    perim.host_timers = i == 0;
+                    Squeue::new(
+                        i,
+                        perim,
+                        Duration::from_millis(u64::from(p.squeue_drain_ms)),
+                        Duration::from_micros(u64::from(p.squeue_spin_us)),
+                    )
+                })
+                .collect();
+            StackInner {
+                params: RwLock::new(self.params.clone()),
+                tcp_set: RwLock::new(TcpSettings::from_params(&self.params)),
+                squeues,
+                cpus: cpus.clone(),
+                classifier: Classifier::default(),
+                host: Mutex::new(host),
+                host_deadline_ns: AtomicU64::new(u64::MAX),
+                addrs,
+                devices,
+                isn: IsnGenerator::new(secret),
+                ident: AtomicU16::new(u16::from_be_bytes([secret[2], secret[3]])),
+                next_port: AtomicU32::new(0),
+                rst_bucket: Mutex::new(rst_bucket(&self.params)),
+                subscribers: RwLock::new(Vec::new()),
+                probes_on: AtomicBool::new(false),
+                filter: RwLock::new(Vec::new()),
+                filter_on: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
+                workers: Mutex::new(Vec::new()),
+                lo_dropped: AtomicU64::new(0),
+                udp_socks: Mutex::new(std::collections::HashMap::new()),
+            }
+        });
+        // Device receive queues belong to squeues (device i to squeue i mod n).
+        for (i, (_, dev)) in inner.devices.iter().enumerate() {
+            let sq = inner.squeues[i % n].clone();
+            let dev2 = dev.clone();
+            let iface = IfaceId(i as u16);
+            sq.with(move |p: &mut Perim| p.rx_devs.push((iface, dev2)));
+            let waker = sq.clone();
+            dev.set_rx_waker(Box::new(move || waker.kick()));
+        }
+        let mut handles = Vec::new();
+        for (i, sq) in inner.squeues.iter().enumerate() {
+            let sq = sq.clone();
+            let cpu = if self.pin && !cpus.is_empty() {
+                Some(cpus[i % cpus.len()])
+            } else {
+                None
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("ember-sq{i}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                    }
+                    sq.run_worker();
+                })?;
+            handles.push(h);
+        }
+        *inner.workers.lock().unwrap_or_else(|e| e.into_inner()) = handles;
+        Ok(Stack { inner })
+    }
+}
+
+fn rst_bucket(p: &Params) -> TokenBucket {
+    if p.tcp_rst_sent_rate == 0 {
+        TokenBucket::new(Duration::ZERO, 1)
+    } else {
+        TokenBucket::new(
+            Duration::from_nanos(1_000_000_000 / u64::from(p.tcp_rst_sent_rate)),
+            p.tcp_rst_sent_rate,
+        )
+    }
+}
+
+/// 16 bytes from the OS's random source (falls back to a clock-and-address mix only if
+/// `/dev/urandom` cannot be read).
+fn random_secret() -> [u8; 16] {
+    use std::io::Read;
+    let mut s = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut s))
+        .is_ok()
+    {
+        return s;
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let a = &s as *const _ as usize as u128;
+    (t ^ a.rotate_left(64)).to_le_bytes()
+}
+
+/// The state shared by a stack's squeues and sockets.
+pub struct StackInner {
+    params: RwLock<Params>,
+    tcp_set: RwLock<TcpSettings>,
+    pub(crate) squeues: Vec<Arc<Squeue<Perim>>>,
+    cpus: Vec<usize>,
+    pub(crate) classifier: Classifier,
+    host: Mutex<Host>,
+    host_deadline_ns: AtomicU64,
+    addrs: Vec<Ipv4Addr>,
+    devices: Vec<(MacAddr, Arc<dyn Device>)>,
+    pub(crate) isn: IsnGenerator,
+    ident: AtomicU16,
+    next_port: AtomicU32,
+    rst_bucket: Mutex<TokenBucket>,
+    subscribers: RwLock<Vec<Subscriber>>,
+    probes_on: AtomicBool,
+    filter: RwLock<Vec<FilterRule>>,
+    filter_on: AtomicBool,
+    pub(crate) closing: AtomicBool,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    lo_dropped: AtomicU64,
+    udp_socks: Mutex<
+        std::collections::HashMap<
+            ember_core::host::UdpId,
+            std::sync::Weak<crate::socket::udp::UdpShared>,
+        >,
+    >,
+}
+
+impl StackInner {
+    pub(crate) fn register_udp(&self, u: &Arc<crate::socket::udp::UdpShared>) {
+        self.udp_socks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(u.id, Arc::downgrade(u));
+    }
+
+    pub(crate) fn unregister_udp(&self, id: ember_core::host::UdpId) {
+        self.udp_socks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    pub(crate) fn params(&self) -> std::sync::RwLockReadGuard<'_, Params> {
+        self.params.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn tcp_settings(&self) -> TcpSettings {
+        self.tcp_set
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn host(&self) -> std::sync::MutexGuard<'_, Host> {
+        self.host.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fires probe `p` (one relaxed load when nobody listens).
+    #[inline]
+    pub(crate) fn probe(&self, p: Probe, local: SocketAddrV4, remote: SocketAddrV4, len: usize) {
+        if !self.probes_on.load(Ordering::Relaxed) {
+            return;
+        }
+        let ev = ProbeEvent {
+            probe: p,
+            local,
+            remote,
+            len,
+        };
+        for s in self
+            .subscribers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            s(&ev);
+        }
+    }
+
+    /// Would the filter drop a datagram of `proto` from `from` to `to`?
+    #[inline]
+    pub(crate) fn filtered(&self, proto: u8, from: SocketAddrV4, to: SocketAddrV4) -> bool {
+        if !self.filter_on.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.filter
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|r| r.matches(proto, from, to))
+    }
+
+    /// Is `a` loopback or one of our addresses?
+    pub(crate) fn is_local_addr(&self, a: Ipv4Addr) -> bool {
+        a.is_loopback() || self.addrs.contains(&a)
+    }
+
+    /// The source address, path MTU and locality for a connection to `dst`.
+    pub(crate) fn source_for(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u32, bool)> {
+        if dst.is_loopback() {
+            return Some((dst, 65_535, true));
+        }
+        if self.addrs.contains(&dst) {
+            return Some((dst, 65_535, true));
+        }
+        self.host().source_for(dst).map(|(s, m)| (s, m, false))
+    }
+
+    pub(crate) fn next_ident(&self) -> u16 {
+        self.ident.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+    }
+
+    pub(crate) fn rst_allowed(&self, now: Instant) -> bool {
+        self.rst_bucket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allow(now)
+    }
+
+    pub(crate) fn device(&self, iface: IfaceId) -> Option<&(MacAddr, Arc<dyn Device>)> {
+        self.devices.get(usize::from(iface.0))
+    }
+
+    pub(crate) fn forget_next_hop(&self, dst: Ipv4Addr) {
+        self.host().forget_next_hop(dst);
+    }
+
+    pub(crate) fn next_hop(&self, now: Instant, dst: Ipv4Addr) -> Option<(IfaceId, MacAddr)> {
+        match self.host().next_hop(now, dst) {
+            Some((iface, Some(mac), _)) => Some((iface, mac)),
+            _ => None,
+        }
+    }
+
+    /// Hands a datagram (with Ethernet headroom) to the IP layer, then sends the frames
+    /// it produced.
+    pub(crate) fn send_via_host(&self, now: Instant, frame: Vec<u8>) {
+        let mut h = self.host();
+        let _ = h.send_datagram(now, frame);
+        self.drain_host_tx(&mut h);
+        self.publish_host_deadline(&h);
+    }
+
+    fn drain_host_tx(&self, h: &mut Host) {
+        while let Some(f) = h.poll_transmit() {
+            if let Some((_, dev)) = self.devices.get(usize::from(f.iface.0)) {
+                dev.transmit(f.data);
+            }
+        }
+        while let Some(ev) = h.poll_event() {
+            if let ember_core::host::SocketEvent::Udp(id) = ev {
+                let u = self
+                    .udp_socks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&id)
+                    .and_then(std::sync::Weak::upgrade);
+                if let Some(u) = u {
+                    u.w.raise(crate::socket::ready::READ);
+                }
+            }
+        }
+    }
+
+    fn publish_host_deadline(&self, h: &Host) {
+        let t = h.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        let old = self.host_deadline_ns.swap(t, Ordering::Relaxed);
+        if t < old {
+            if let Some(sq) = self.squeues.first() {
+                sq.kick();
+            }
+        }
+    }
+
+    pub(crate) fn host_deadline(&self) -> Option<Instant> {
+        match self.host_deadline_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            t => Some(Instant::from_nanos(t)),
+        }
+    }
+
+    /// Runs the IP layer's timers if due.
+    pub(crate) fn host_timers(&self, now: Instant) -> bool {
+        if self.host_deadline().is_none_or(|t| t > now) {
+            return false;
+        }
+        let mut h = self.host();
+        h.handle_timeout(now);
+        self.drain_host_tx(&mut h);
+        self.publish_host_deadline(&h);
+        true
+    }
+
+    /// Frames from a device: TCP goes to the squeues through upcalls, the rest is
+    /// answered by the IP layer.
+    pub(crate) fn receive_frames(&self, now: Instant, iface: IfaceId, frames: &mut Vec<Vec<u8>>) {
+        let mut h = self.host();
+        for f in frames.drain(..) {
+            h.receive(now, iface, &f);
+        }
+        self.drain_host_tx(&mut h);
+        self.publish_host_deadline(&h);
+    }
+
+    /// Sends the IP layer's TCP upcalls to their squeues (segments for this squeue are
+    /// processed here). Returns whether there were any.
+    pub(crate) fn dispatch_upcalls(&self, p: &mut Perim, now: Instant) -> bool {
+        let ups: Vec<TcpUpcall> = {
+            let mut h = self.host();
+            std::iter::from_fn(|| h.poll_tcp_upcall()).collect()
+        };
+        let any = !ups.is_empty();
+        let n = self.squeues.len();
+        for u in ups {
+            match u {
+                TcpUpcall::Segment { src, dst, segment } => {
+                    if segment.len() < 4 {
+                        continue;
+                    }
+                    let sport = u16::from_be_bytes([segment[0], segment[1]]);
+                    let dport = u16::from_be_bytes([segment[2], segment[3]]);
+                    let t: Tuple = (SocketAddrV4::new(dst, dport), SocketAddrV4::new(src, sport));
+                    let target = match self.classifier.lookup(&t) {
+                        Some(loc) => loc.sq,
+                        None => perim::rss_queue(&t, n),
+                    };
+                    let seg = Seg {
+                        src,
+                        dst,
+                        bytes: segment,
+                        csum_ok: false,
+                    };
+                    if target == p.id {
+                        p.input(self, now, seg);
+                    } else {
+                        self.to_squeue(target, 0, seg);
+                    }
+                }
+                TcpUpcall::IcmpError {
+                    local,
+                    remote,
+                    seq,
+                    code,
+                    mtu,
+                } => {
+                    if let Some(loc) = self.classifier.lookup(&(local, remote)) {
+                        if loc.sq == p.id {
+                            p.icmp_error(self, now, loc.key, seq, code, mtu);
+                        } else if let Some(sq) = self.squeues.get(loc.sq) {
+                            sq.enter(Mode::Fill, loc.key.as_u64(), move |q: &mut Perim| {
+                                if let Some(st) = q.st.upgrade() {
+                                    q.icmp_error(&st, crate::clock::now(), loc.key, seq, code, mtu);
+                                }
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// A segment for a connection on squeue `sq`: enter it (inline when idle and the
+    /// thread may nest, queued otherwise).
+    pub(crate) fn to_squeue(&self, sq: usize, tag: u64, seg: Seg) {
+        if let Some(q) = self.squeues.get(sq) {
+            q.enter(Mode::Process, tag, perim::seg_work(seg));
+        }
+    }
+
+    /// Loopback segments one entry could not finish: continue later on the same squeue.
+    pub(crate) fn requeue_lo(&self, sq: usize, segs: Vec<Seg>) {
+        let Some(q) = self.squeues.get(sq) else {
+            return;
+        };
+        q.enter(Mode::Fill, u64::MAX, move |p: &mut Perim| {
+            if let Some(st) = p.st.upgrade() {
+                let now = crate::clock::now();
+                for s in segs {
+                    p.input(&st, now, s);
+                }
+                p.run_lo(&st, now);
+            }
+        });
+    }
+
+    /// The squeue of the CPU the caller runs on.
+    pub(crate) fn caller_squeue(&self) -> usize {
+        let n = self.squeues.len();
+        if n == 1 {
+            return 0;
+        }
+        let cpu = current_cpu();
+        self.cpus
+            .iter()
+            .position(|&c| Some(c) == cpu)
+            .map_or_else(|| cpu.unwrap_or(0) % n, |i| i % n)
+    }
+
+    /// RFC 6056 §3.3.3 (algorithm 3), restricted to ports whose reply tuple hashes to
+    /// squeue `sq` (when there are several squeues), skipping tuples in use and ports
+    /// with a listener.
+    pub(crate) fn ephemeral(
+        &self,
+        src: Ipv4Addr,
+        remote: SocketAddrV4,
+        sq: usize,
+    ) -> io::Result<SocketAddrV4> {
+        let (lo, hi) = {
+            let p = self.params();
+            (p.tcp_smallest_anon_port, p.tcp_largest_anon_port)
+        };
+        let range = hi.saturating_sub(lo) + 1;
+        let offset = self.isn.port_offset(src, remote);
+        let start = self.next_port.load(Ordering::Relaxed);
+        let n = self.squeues.len();
+        let mut fallback = None;
+        for i in 0..range {
+            let port = (lo + offset.wrapping_add(start).wrapping_add(i) % range) as u16;
+            let cand = SocketAddrV4::new(src, port);
+            if self.classifier.lookup(&(cand, remote)).is_some()
+                || self.classifier.listening(src, port)
+            {
+                continue;
+            }
+            if n > 1 && perim::rss_queue(&(cand, remote), n) != sq {
+                fallback.get_or_insert(cand);
+                if i < 64 * n as u32 {
+                    continue;
+                }
+            }
+            self.next_port.fetch_add(i + 1, Ordering::Relaxed);
+            return Ok(cand);
+        }
+        fallback.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::AddrNotAvailable, "no ephemeral port free")
+        })
+    }
+}
+
+/// The CPU the calling thread runs on.
+fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments, touches no memory of ours and has no
+    // preconditions; it returns -1 on failure, handled below.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
+/// A running stack. Cloning gives another handle to the same stack; the stack stops
+/// when [`Stack::shutdown`] is called or the last handle (including sockets) is gone.
+#[derive(Clone)]
+pub struct Stack {
+    pub(crate) inner: Arc<StackInner>,
+}
+
+impl core::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Stack")
+            .field("squeues", &self.inner.squeues.len())
+            .field("addrs", &self.inner.addrs)
+            .finish()
+    }
+}
+
+/// All counters of a stack.
+#[derive(Debug, Clone, Default)]
+pub struct StackStats {
+    /// IP, ICMP, UDP counters of the IP layer; TCP counters summed over squeues.
+    pub host: HostStats,
+    /// Fusion and classifier counters, summed over squeues.
+    pub tcp: PerimStats,
+    /// Squeue counters, summed.
+    pub squeue: SqCounters,
+    /// Per squeue.
+    pub per_squeue: Vec<SqCounters>,
+}
+
+impl Stack {
+    pub fn builder() -> StackBuilder {
+        StackBuilder::default()
+    }
+
+    /// A stack with only the loopback device, `n` squeues.
+    pub fn loopback(n: usize) -> io::Result<Stack> {
+        Stack::builder().squeues(n).build()
+    }
+
+    /// Number of squeues.
+    pub fn squeue_count(&self) -> usize {
+        self.inner.squeues.len()
+    }
+
+    /// The tunables now.
+    pub fn params(&self) -> Params {
+        self.inner.params().clone()
+    }
+
+    /// Sets a tunable at run time (`ndd -set`). New connections use the new values;
+    /// squeue timing applies at once; `do_tcp_fusion=0` leaves fused pairs fused.
+    pub fn set_param(&self, name: &str, value: &str) -> Result<(), ParamError> {
+        let mut p = self.inner.params.write().unwrap_or_else(|e| e.into_inner());
+        p.set(name, value)?;
+        *self
+            .inner
+            .tcp_set
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = TcpSettings::from_params(&p);
+        for sq in &self.inner.squeues {
+            sq.set_drain_limit(Duration::from_millis(u64::from(p.squeue_drain_ms)));
+            sq.set_spin(Duration::from_micros(u64::from(p.squeue_spin_us)));
+        }
+        let mut h = self.inner.host();
+        h.set_params(&[(name, value)])?;
+        *self
+            .inner
+            .rst_bucket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = rst_bucket(&p);
+        Ok(())
+    }
+
+    /// Subscribes to every probe (in-process). Returns nothing to unsubscribe with: the
+    /// subscriber lives as long as the stack.
+    pub fn subscribe(&self, f: impl Fn(&ProbeEvent) + Send + Sync + 'static) {
+        self.inner
+            .subscribers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::new(f));
+        self.inner.probes_on.store(true, Ordering::SeqCst);
+    }
+
+    /// Adds a drop rule to the IP filter. Fused connections the rule matches are unfused
+    /// first (their data would otherwise bypass the filter).
+    pub fn add_filter_rule(&self, rule: FilterRule) {
+        self.inner
+            .filter
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rule);
+        self.inner.filter_on.store(true, Ordering::SeqCst);
+        for sq in &self.inner.squeues {
+            sq.with(move |p: &mut Perim| {
+                let Some(st) = p.st.upgrade() else { return };
+                let now = crate::clock::now();
+                let keys: Vec<_> = p
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| {
+                        c.peer.is_some()
+                            && (rule.matches(6, c.tcb.local(), c.tcb.remote())
+                                || rule.matches(6, c.tcb.remote(), c.tcb.local()))
+                    })
+                    .map(|(k, _)| k)
+                    .collect();
+                for k in keys {
+                    if p.conns.get(k).is_some_and(|c| c.peer.is_some()) {
+                        p.stats.fusion_aborted += 1;
+                        p.unfuse(&st, now, k);
+                        p.after(&st, now, k);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Removes every filter rule.
+    pub fn clear_filter(&self) {
+        self.inner
+            .filter
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.inner.filter_on.store(false, Ordering::SeqCst);
+    }
+
+    /// Every counter.
+    pub fn stats(&self) -> StackStats {
+        let mut out = StackStats {
+            host: self.inner.host().stats(),
+            ..StackStats::default()
+        };
+        let mut all_tcb = ember_core::tcp::TcbStats::default();
+        for sq in &self.inner.squeues {
+            let (tcbs, estab, ps) = sq.with(|p: &mut Perim| {
+                let (s, e) = p.tcb_stats();
+                (s, e, p.stats)
+            });
+            all_tcb.accumulate(&tcbs);
+            out.host.tcp.curr_estab += estab;
+            let t = &mut out.tcp;
+            macro_rules! add {
+                ($($f:ident),*) => { $( t.$f += ps.$f; )* };
+            }
+            add!(
+                fusion_flowctl,
+                fusion_backenabled,
+                fusion_urg,
+                fusion_putnext,
+                fusion_unfusable,
+                fusion_aborted,
+                fusion_unqualified,
+                fusion_fused_total,
+                fusion_fused_now,
+                fusion_bytes,
+                fusion_rrw_stops,
+                active_opens,
+                passive_opens,
+                listen_drop,
+                listen_drop_q0,
+                in_closed,
+                in_segs_noconn,
+                in_errs,
+                out_rsts_noconn,
+                time_wait_reuse,
+                lo_segs,
+                lo_requeued,
+                cross_sq,
+                filtered
+            );
+            let c = sq.stats().snapshot();
+            out.squeue += c;
+            out.per_squeue.push(c);
+        }
+        let h = &mut out.host.tcp;
+        h.add_tcb(&all_tcb);
+        h.active_opens += out.tcp.active_opens;
+        h.passive_opens += out.tcp.passive_opens;
+        h.listen_drop += out.tcp.listen_drop;
+        h.listen_drop_q0 += out.tcp.listen_drop_q0;
+        h.in_closed += out.tcp.in_closed;
+        h.in_segs += out.tcp.in_segs_noconn;
+        h.in_errs += out.tcp.in_errs;
+        h.out_rsts += out.tcp.out_rsts_noconn;
+        h.out_segs += out.tcp.out_rsts_noconn;
+        h.time_wait_reuse += out.tcp.time_wait_reuse;
+        out
+    }
+
+    /// kstat-style `(module:name, value)` pairs.
+    pub fn kstat(&self) -> Vec<(String, u64)> {
+        let s = self.stats();
+        let mut v = Vec::new();
+        for (k, x) in s.host.ip.kstat() {
+            v.push((format!("ip:{k}"), x));
+        }
+        for (k, x) in s.host.icmp.kstat() {
+            v.push((format!("icmp:{k}"), x));
+        }
+        for (k, x) in s.host.udp.kstat() {
+            v.push((format!("udp:{k}"), x));
+        }
+        for (k, x) in s.host.tcp.kstat() {
+            v.push((format!("tcp:{k}"), x));
+        }
+        let t = &s.tcp;
+        for (k, x) in [
+            ("tcp_fusion_flowctl", t.fusion_flowctl),
+            ("tcp_fusion_backenabled", t.fusion_backenabled),
+            ("tcp_fusion_urg", t.fusion_urg),
+            ("tcp_fusion_putnext", t.fusion_putnext),
+            ("tcp_fusion_unfusable", t.fusion_unfusable),
+            ("tcp_fusion_aborted", t.fusion_aborted),
+            ("tcp_fusion_unqualified", t.fusion_unqualified),
+            ("tcp_fusion_fused", t.fusion_fused_now),
+            ("tcp_fusion_fused_total", t.fusion_fused_total),
+            ("tcp_fusion_bytes", t.fusion_bytes),
+            ("tcp_fusion_rrw_stops", t.fusion_rrw_stops),
+        ] {
+            v.push((format!("fusion:{k}"), x));
+        }
+        let q = &s.squeue;
+        for (k, x) in [
+            ("inline", q.inline),
+            ("queued", q.queued),
+            ("nested", q.nested),
+            ("drained_by_caller", q.drained_by_caller),
+            ("drain_handoffs", q.drain_handoffs),
+            ("worker_drains", q.worker_drains),
+            ("wakeups", q.wakeups),
+            ("poll_switches", q.poll_switches),
+            ("drain_ns", q.drain_ns),
+        ] {
+            v.push((format!("squeue:{k}"), x));
+        }
+        for (k, x) in [
+            ("conns", self.inner.classifier.len() as u64),
+            ("cross_squeue", t.cross_sq),
+            ("loopback_segs", t.lo_segs),
+            ("loopback_requeued", t.lo_requeued),
+            ("filtered", t.filtered),
+            (
+                "loopback_dropped",
+                self.inner.lo_dropped.load(Ordering::Relaxed),
+            ),
+        ] {
+            v.push((format!("classifier:{k}"), x));
+        }
+        v
+    }
+
+    /// Every TCP connection: snapshot, squeue, fused.
+    pub fn netstat(&self) -> Vec<(TcbInfo, usize, bool)> {
+        let mut v = Vec::new();
+        for sq in &self.inner.squeues {
+            v.extend(sq.with(|p: &mut Perim| p.netstat()));
+        }
+        v
+    }
+
+    /// Stops the stack: resets every connection, stops the workers. Sockets still held
+    /// get `NotConnected`/`ConnectionAborted` afterwards.
+    pub fn shutdown(&self) {
+        if self.inner.closing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for sq in &self.inner.squeues {
+            sq.with(|p: &mut Perim| {
+                if let Some(st) = p.st.upgrade() {
+                    p.abort_all(&st, crate::clock::now());
+                }
+                p.rx_devs.clear();
+            });
+            sq.shutdown();
+        }
+        let hs: Vec<_> = self
+            .inner
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        let me = std::thread::current().id();
+        for h in hs {
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Sends an ICMP echo request (ping) from this stack.
+    pub fn ping(&self, dst: Ipv4Addr, ident: u16, seq_no: u16, payload: &[u8]) -> io::Result<()> {
+        let now = crate::clock::now();
+        let mut h = self.inner.host();
+        h.ping(now, dst, ident, seq_no, payload)?;
+        self.inner.drain_host_tx(&mut h);
+        self.inner.publish_host_deadline(&h);
+        Ok(())
+    }
+
+    /// Echo replies received so far (drained).
+    pub fn ping_replies(&self) -> Vec<ember_core::host::PingReply> {
+        self.inner.host().take_ping_replies()
+    }
+
+    /// Runs `f` with the IP layer locked (UDP sockets use it).
+    pub(crate) fn with_host<R>(&self, f: impl FnOnce(&mut Host) -> R) -> R {
+        let mut h = self.inner.host();
+        let r = f(&mut h);
+        self.inner.drain_host_tx(&mut h);
+        self.inner.publish_host_deadline(&h);
+        r
+    }
+
+    /// Our interface addresses.
+    pub fn addrs(&self) -> &[Ipv4Addr] {
+        &self.inner.addrs
+    }
+}
+
+impl Drop for StackInner {
+    fn drop(&mut self) {
+        for sq in &self.squeues {
+            sq.shutdown();
+        }
+    }
+}

@@ -1,0 +1,1101 @@
+//! One squeue's perimeter: the TCP connections bound to it, their timer wheel, and the
+//! merged TCP/IP glue that runs inside the squeue.
+//!
+//! # Design
+//! Everything here runs with the squeue owned, so it takes `&mut self` and no locks of
+//! its own. A segment reaches a connection by a direct call (IP and TCP are merged); a
+//! connection's segments leave by a direct call too: to a device, or, for a destination
+//! in this stack, to the loopback path. Loopback segments for a connection on this same
+//! squeue go to `lo`, a local FIFO drained before the current entry ends (that is the
+//! "one nested entry" of FireEngine, done iteratively so it can never recurse); segments
+//! for a connection on another squeue enter that squeue (inline if it is idle and the
+//! thread may nest, queued otherwise).
+//!
+//! After anything touches a connection, `after` publishes its readiness to the socket,
+//! re-arms its timer in the wheel, moves it to its listener's accept queue once
+//! established, tries to fuse it, and reaps it once closed and released.
+//!
+//! # TCP Fusion
+//! Admission, the fused data path and unfusing follow `fireengine.md` (TCP Fusion): see
+//! [`Perim::try_fuse`], [`Perim::send`], [`Perim::recv`] and [`Perim::unfuse`]. The
+//! sequence-number work is in the core (`Tcb::fused_send`, `Tcb::unfuse_pair`).
+
+use super::{Probe, StackInner};
+use crate::classifier::{flow_hash, ConnLoc, Tuple};
+use crate::socket::shared::ready;
+use crate::socket::{ConnShared, ListenerShared};
+use crate::squeue::wheel::{TimerHandle, TimerWheel};
+use crate::squeue::Perimeter;
+use ember_core::host::slab::Slab;
+use ember_core::host::{Key, HEADROOM};
+use ember_core::ip::route::IfaceId;
+use ember_core::tcp::tcb::ConnSpec;
+use ember_core::tcp::{Events, SeqNum, State, Tcb, TcbInfo, TcbStats, TcpError};
+use ember_core::time::Instant;
+use ember_core::wire::{
+    ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpFlags, TcpRepr, ETHERNET_HEADER_LEN,
+    IPV4_HEADER_LEN,
+};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+/// Loopback segments one entry processes before it queues the rest on its own squeue.
+const LO_BUDGET: usize = 4096;
+
+/// One connection in its squeue.
+pub(crate) struct Conn {
+    pub tcb: Tcb,
+    pub shared: Arc<ConnShared>,
+    /// Passive and not yet in the accept queue.
+    pub listener: Option<Arc<ListenerShared>>,
+    /// In a listener's accept queue, not yet accepted (reset if the listener closes).
+    pub queued_in: Option<Weak<ListenerShared>>,
+    /// Nobody holds a handle any more.
+    pub released: bool,
+    pub timer: Option<TimerHandle>,
+    /// The peer is a socket of this stack.
+    pub local: bool,
+    /// The fused peer (same squeue).
+    pub peer: Option<Key>,
+    /// Fused writes this end (as reader) has not read yet.
+    pub unread: u32,
+    /// This end (as fused writer) is flow-controlled.
+    pub flowctl: bool,
+    /// Cached next hop towards a remote peer.
+    pub hop: Option<(IfaceId, MacAddr)>,
+}
+
+/// A TCP segment in flight inside the stack (loopback) or from a device.
+pub(crate) struct Seg {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    /// TCP header and payload.
+    pub bytes: Vec<u8>,
+    /// Checksum known good (loopback: never computed, as Linux `lo`).
+    pub csum_ok: bool,
+}
+
+/// Fusion and squeue-level TCP counters of one squeue.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PerimStats {
+    pub fusion_flowctl: u64,
+    pub fusion_backenabled: u64,
+    pub fusion_urg: u64,
+    pub fusion_putnext: u64,
+    pub fusion_unfusable: u64,
+    pub fusion_aborted: u64,
+    pub fusion_unqualified: u64,
+    pub fusion_fused_total: u64,
+    pub fusion_fused_now: u64,
+    pub fusion_bytes: u64,
+    pub fusion_rrw_stops: u64,
+    pub active_opens: u64,
+    pub passive_opens: u64,
+    pub listen_drop: u64,
+    pub listen_drop_q0: u64,
+    pub in_closed: u64,
+    pub in_segs_noconn: u64,
+    pub in_errs: u64,
+    pub out_rsts_noconn: u64,
+    pub time_wait_reuse: u64,
+    pub lo_segs: u64,
+    pub lo_requeued: u64,
+    pub cross_sq: u64,
+    pub filtered: u64,
+}
+
+pub(crate) struct Perim {
+    pub id: usize,
+    pub st: Weak<StackInner>,
+    pub conns: Slab<Conn>,
+    pub wheel: TimerWheel<Key>,
+    fired: Vec<Key>,
+    lo: VecDeque<Seg>,
+    pub stats: PerimStats,
+    pub gone: TcbStats,
+    /// Devices whose receive side this squeue services.
+    pub rx_devs: Vec<(IfaceId, Arc<dyn crate::dev::Device>)>,
+    rx_buf: Vec<Vec<u8>>,
+    /// This squeue runs the IP layer's own timers (ARP, reassembly).
+    pub host_timers: bool,
+}
+
+fn seg_len(seg: &TcpRepr, payload: &[u8]) -> u32 {
+    payload.len() as u32 + u32::from(seg.flags.syn()) + u32::from(seg.flags.fin())
+}
+
+impl Perim {
+    pub fn new(id: usize, st: Weak<StackInner>, start: Instant) -> Self {
+        Perim {
+            id,
+            st,
+            conns: Slab::default(),
+            wheel: TimerWheel::new(start, core::time::Duration::from_millis(1), 1024),
+            fired: Vec::new(),
+            lo: VecDeque::new(),
+            stats: PerimStats::default(),
+            gone: TcbStats::default(),
+            rx_devs: Vec::new(),
+            rx_buf: Vec::new(),
+            host_timers: false,
+        }
+    }
+
+    fn stack(&self) -> Option<Arc<StackInner>> {
+        self.st.upgrade()
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Input.
+    // ---------------------------------------------------------------------------------
+
+    /// A segment for this stack, classified here (this squeue received it).
+    pub fn input(&mut self, st: &StackInner, now: Instant, seg: Seg) {
+        let Ok((repr, payload)) = TcpRepr::parse(&seg.bytes, seg.src, seg.dst, !seg.csum_ok) else {
+            self.stats.in_segs_noconn += 1;
+            self.stats.in_errs += 1;
+            return;
+        };
+        if repr.src_port == 0 || repr.dst_port == 0 {
+            self.stats.in_errs += 1;
+            return;
+        }
+        let local = SocketAddrV4::new(seg.dst, repr.dst_port);
+        let remote = SocketAddrV4::new(seg.src, repr.src_port);
+        if st.filtered(ip_proto::TCP, remote, local) {
+            self.stats.filtered += 1;
+            return;
+        }
+        st.probe(Probe::IpReceive, local, remote, seg.bytes.len());
+        match st.classifier.lookup(&(local, remote)) {
+            Some(loc) if loc.sq == self.id => {
+                self.conn_input(st, now, loc.key, local, remote, &repr, payload);
+            }
+            Some(loc) => {
+                // Another squeue's connection (a device queue fans out by flow hash).
+                self.stats.cross_sq += 1;
+                st.to_squeue(loc.sq, loc.key.as_u64(), seg);
+            }
+            None => {
+                self.stats.in_segs_noconn += 1;
+                match st.classifier.listener(local) {
+                    Some(l) => self.listen_input(st, now, &l, local, remote, &repr, payload, None),
+                    None => {
+                        self.stats.in_closed += 1;
+                        self.reply_rst(st, now, local, remote, &repr, payload);
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn conn_input(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        key: Key,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        repr: &TcpRepr,
+        payload: &[u8],
+    ) {
+        let Some(c) = self.conns.get(key) else {
+            return;
+        };
+        if c.tcb.time_wait_accepts_syn(repr) {
+            if let Some(l) = st.classifier.listener(local) {
+                // RFC 6191: a new incarnation takes over a TIME-WAIT connection.
+                let old_nxt = c.tcb.snd_nxt();
+                self.remove(st, key);
+                self.stats.time_wait_reuse += 1;
+                self.listen_input(
+                    st,
+                    now,
+                    &l,
+                    local,
+                    remote,
+                    repr,
+                    payload,
+                    Some(old_nxt + 65_537 * 2),
+                );
+                return;
+            }
+        }
+        if c.peer.is_some() {
+            // A real segment for a fused connection: unfuse both ends first.
+            self.stats.fusion_aborted += 1;
+            self.unfuse(st, now, key);
+        }
+        if let Some(c) = self.conns.get_mut(key) {
+            st.probe(Probe::TcpReceive, local, remote, payload.len());
+            c.tcb.on_segment(now, repr, payload);
+        }
+        self.flush(st, now, key);
+    }
+
+    /// RFC 9293 §3.10.7.1 (CLOSED) as the classifier answers: ACK → RST, RST or URG →
+    /// dropped, SYN (or anything else) → RST|ACK. Rate-limited by `tcp_rst_sent_rate`.
+    fn reply_rst(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        payload: &[u8],
+    ) {
+        if seg.flags.rst() || seg.flags.urg() {
+            return;
+        }
+        if !st.rst_allowed(now) {
+            return;
+        }
+        let mut r = TcpRepr {
+            src_port: local.port(),
+            dst_port: remote.port(),
+            ..TcpRepr::default()
+        };
+        if seg.flags.ack() {
+            r.seq = seg.ack;
+            r.flags = TcpFlags::RST;
+        } else {
+            r.seq = 0;
+            r.ack = seg.seq.wrapping_add(seg_len(seg, payload));
+            r.flags = TcpFlags::RST | TcpFlags::ACK;
+        }
+        self.stats.out_rsts_noconn += 1;
+        let mut bytes = vec![0u8; r.header_len()];
+        r.emit_header(&mut bytes);
+        self.output(st, now, None, local, remote, 0, bytes);
+    }
+
+    /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue.
+    #[allow(clippy::too_many_arguments)]
+    fn listen_input(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        l: &Arc<ListenerShared>,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        payload: &[u8],
+        iss: Option<SeqNum>,
+    ) {
+        let f = seg.flags;
+        if f.rst() {
+            return;
+        }
+        if f.ack() {
+            self.reply_rst(st, now, local, remote, seg, payload);
+            return;
+        }
+        if !f.syn() || f.fin() {
+            return;
+        }
+        let queued = l.accept_q.lock().len() as u32;
+        if queued >= l.backlog.load(Ordering::Relaxed) {
+            self.stats.listen_drop += 1;
+            return;
+        }
+        let max_q0 = st.params().tcp_conn_req_max_q0;
+        if l.syn_q.load(Ordering::Relaxed) >= max_q0 {
+            self.stats.listen_drop_q0 += 1;
+            return;
+        }
+        let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
+            return;
+        };
+        let iss = iss.unwrap_or_else(|| st.isn.isn(now, local, remote));
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss,
+            ts_offset: st.isn.ts_offset(local, remote),
+            mtu,
+        };
+        let tcb = Tcb::accept(now, spec, st.tcp_settings(), seg);
+        let key = self.conns.next_key();
+        let shared = ConnShared::new(self.id, key, local, remote);
+        let k = self.conns.insert(Conn {
+            tcb,
+            shared,
+            listener: Some(l.clone()),
+            queued_in: None,
+            released: false,
+            timer: None,
+            local: is_local,
+            peer: None,
+            unread: 0,
+            flowctl: false,
+            hop: None,
+        });
+        debug_assert_eq!(k, key);
+        if !st
+            .classifier
+            .insert((local, remote), ConnLoc { sq: self.id, key })
+        {
+            st.classifier
+                .replace((local, remote), ConnLoc { sq: self.id, key });
+        }
+        l.syn_q.fetch_add(1, Ordering::Relaxed);
+        self.stats.passive_opens += 1;
+        st.probe(Probe::AcceptEstablishedPending, local, remote, 0);
+        self.flush(st, now, key);
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Output.
+    // ---------------------------------------------------------------------------------
+
+    /// Sends what connection `key` has to send, then runs [`Perim::after`].
+    pub fn flush(&mut self, st: &StackInner, now: Instant, key: Key) {
+        loop {
+            let Some(c) = self.conns.get_mut(key) else {
+                return;
+            };
+            if c.tcb.take_negative_advice() {
+                c.hop = None;
+                st.forget_next_hop(*c.tcb.remote().ip());
+            }
+            let local = c.tcb.local();
+            let remote = c.tcb.remote();
+            let tos = c.tcb.tos();
+            let hop = c.hop;
+            let Some(out) = c.tcb.poll_transmit(now) else {
+                break;
+            };
+            let hl = out.repr.header_len();
+            let n = out.payload_len();
+            let mut bytes = vec![0u8; hl + n];
+            out.repr.emit_header(&mut bytes[..hl]);
+            out.copy_payload(&mut bytes[hl..]);
+            st.probe(Probe::TcpSend, local, remote, n);
+            let learned = self.output(st, now, hop, local, remote, tos, bytes);
+            if let (Some(h), Some(c)) = (learned, self.conns.get_mut(key)) {
+                c.hop = Some(h);
+            }
+        }
+        self.after(st, now, key);
+    }
+
+    /// Sends one TCP segment (header + payload, checksum not filled) from `local` to
+    /// `remote`: loopback when the destination is ours, else IP to a device. Returns the
+    /// next hop learned, for the connection to cache.
+    #[allow(clippy::too_many_arguments)]
+    fn output(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        hop: Option<(IfaceId, MacAddr)>,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        tos: u8,
+        bytes: Vec<u8>,
+    ) -> Option<(IfaceId, MacAddr)> {
+        if st.filtered(ip_proto::TCP, local, remote) {
+            self.stats.filtered += 1;
+            return None;
+        }
+        st.probe(Probe::IpSend, local, remote, bytes.len());
+        if st.is_local_addr(*remote.ip()) {
+            self.stats.lo_segs += 1;
+            let seg = Seg {
+                src: *local.ip(),
+                dst: *remote.ip(),
+                bytes,
+                csum_ok: true,
+            };
+            // Classify now: a segment for another squeue's connection goes there.
+            let tuple: Tuple = (remote, local);
+            match st.classifier.lookup(&tuple) {
+                Some(loc) if loc.sq != self.id => {
+                    self.stats.cross_sq += 1;
+                    st.to_squeue(loc.sq, loc.key.as_u64(), seg);
+                }
+                _ => self.lo.push_back(seg),
+            }
+            return None;
+        }
+        // A datagram to a device: IP header, TCP checksum.
+        let ident = st.next_ident();
+        let ip = Ipv4Repr {
+            src: *local.ip(),
+            dst: *remote.ip(),
+            protocol: ip_proto::TCP,
+            ttl: st.params().ip_def_ttl as u8,
+            dscp_ecn: tos,
+            ident,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len: bytes.len() as u16,
+        };
+        let mut f = vec![0u8; HEADROOM + IPV4_HEADER_LEN + bytes.len()];
+        ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
+        f[HEADROOM + IPV4_HEADER_LEN..].copy_from_slice(&bytes);
+        TcpRepr::fill_checksum(
+            &mut f[HEADROOM + IPV4_HEADER_LEN..],
+            *local.ip(),
+            *remote.ip(),
+        );
+        if let Some((iface, mac)) = hop {
+            if let Some(dev) = st.device(iface) {
+                let eth = EthernetRepr {
+                    dst: mac,
+                    src: dev.0,
+                    ethertype: ethertype::IPV4,
+                };
+                eth.emit(&mut f[..ETHERNET_HEADER_LEN]);
+                dev.1.transmit(f);
+                return None;
+            }
+        }
+        st.send_via_host(now, f);
+        st.next_hop(now, *remote.ip())
+    }
+
+    /// Runs the loopback segments queued on this squeue (bounded; the rest is queued on
+    /// the squeue itself).
+    pub fn run_lo(&mut self, st: &StackInner, now: Instant) {
+        let mut budget = LO_BUDGET;
+        while let Some(seg) = self.lo.pop_front() {
+            if budget == 0 {
+                self.lo.push_front(seg);
+                self.stats.lo_requeued += 1;
+                let rest: Vec<Seg> = self.lo.drain(..).collect();
+                st.requeue_lo(self.id, rest);
+                return;
+            }
+            budget -= 1;
+            self.input(st, now, seg);
+        }
+    }
+
+    /// After a connection was touched: readiness, timer, accept queue, fusion, reaping.
+    pub fn after(&mut self, st: &StackInner, now: Instant, key: Key) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        let ev = c.tcb.take_events();
+        let closed = c.tcb.is_closed();
+        let deadline = if closed { None } else { c.tcb.poll_timeout() };
+        self.wheel.update(&mut c.timer, key, deadline);
+        if ev.contains(Events::CONNECTED) {
+            let (l, r) = (c.tcb.local(), c.tcb.remote());
+            let passive = c.tcb.is_passive();
+            st.probe(
+                if passive {
+                    Probe::AcceptEstablished
+                } else {
+                    Probe::ConnectEstablished
+                },
+                l,
+                r,
+                0,
+            );
+        }
+        if c.listener.is_some() {
+            if ev.contains(Events::CONNECTED) && !closed {
+                let l = c.listener.take().expect("checked");
+                l.syn_q.fetch_sub(1, Ordering::Relaxed);
+                if l.closed.load(Ordering::SeqCst) {
+                    c.tcb.abort(now);
+                    c.released = true;
+                    self.flush(st, now, key);
+                    return;
+                }
+                c.queued_in = Some(Arc::downgrade(&l));
+                let shared = c.shared.clone();
+                self.publish(key);
+                self.try_fuse(st, now, key);
+                let n = {
+                    let mut q = l.accept_q.lock();
+                    q.push_back(shared);
+                    q.len()
+                };
+                l.update_ready(n);
+                return;
+            }
+            if closed {
+                let l = c.listener.take().expect("checked");
+                l.syn_q.fetch_sub(1, Ordering::Relaxed);
+                c.released = true;
+                self.remove(st, key);
+                return;
+            }
+        }
+        if closed && c.released {
+            self.remove(st, key);
+            return;
+        }
+        if ev.contains(Events::CONNECTED) && !c.tcb.is_passive() {
+            st.probe(Probe::StateChange, c.tcb.local(), c.tcb.remote(), 0);
+        }
+        self.publish(key);
+    }
+
+    /// Publishes a connection's readiness (and its fused peer's) to application threads.
+    pub fn publish(&mut self, key: Key) {
+        let Some(c) = self.conns.get(key) else {
+            return;
+        };
+        let bits = self.readiness(c);
+        c.shared
+            .rx_avail
+            .store(c.tcb.recv_available() as u64, Ordering::Relaxed);
+        c.shared.w.set(bits);
+    }
+
+    fn readiness(&self, c: &Conn) -> u32 {
+        let t = &c.tcb;
+        let mut b = 0;
+        let st = t.state();
+        let err = t.error().is_some_and(|e| e != TcpError::WouldBlock);
+        if t.recv_available() > 0 || t.at_eof() || err || st == State::Closed {
+            b |= ready::READ;
+        }
+        if t.at_eof()
+            || matches!(
+                st,
+                State::CloseWait | State::LastAck | State::Closing | State::TimeWait
+            )
+        {
+            b |= ready::RDHUP;
+        }
+        if st.is_synchronized() || st == State::Closed {
+            b |= ready::CONNECTED;
+        }
+        if err {
+            b |= ready::ERROR;
+        }
+        if st == State::Closed {
+            b |= ready::HUP;
+        }
+        if t.urgent_mark().is_some() {
+            b |= ready::URGENT;
+        }
+        let writable = match c.peer.and_then(|p| self.conns.get(p)) {
+            Some(p) => !c.flowctl && p.tcb.fused_recv_space() > 0,
+            None => {
+                (t.send_space() >= t.send_lowat() || (t.send_queued() == 0 && t.send_space() > 0))
+                    && matches!(st, State::Established | State::CloseWait)
+            }
+        };
+        if writable || err || st == State::Closed {
+            b |= ready::WRITE;
+        }
+        b
+    }
+
+    fn remove(&mut self, st: &StackInner, key: Key) {
+        if let Some(peer) = self.conns.get(key).and_then(|c| c.peer) {
+            let now = crate::clock::now();
+            self.unfuse_keys(st, now, key, peer);
+        }
+        if let Some(mut c) = self.conns.remove(key) {
+            self.wheel.update(&mut c.timer, key, None);
+            st.classifier.remove(
+                &(c.tcb.local(), c.tcb.remote()),
+                ConnLoc { sq: self.id, key },
+            );
+            self.gone.accumulate(c.tcb.stats());
+            c.shared.w.set(ready::READ | ready::WRITE | ready::HUP);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Fusion.
+    // ---------------------------------------------------------------------------------
+
+    /// Admission (passive end, on SYN-RECEIVED → ESTABLISHED): the peer is the reverse
+    /// 4-tuple, ESTABLISHED, on this squeue, both local, neither unfusable, and the
+    /// peer's send queue empty.
+    fn try_fuse(&mut self, st: &StackInner, now: Instant, key: Key) {
+        let Some(c) = self.conns.get(key) else {
+            return;
+        };
+        if !c.local || !st.params().do_tcp_fusion {
+            return;
+        }
+        let (l, r) = (c.tcb.local(), c.tcb.remote());
+        let Some(loc) = st.classifier.lookup(&(r, l)) else {
+            return;
+        };
+        if loc.sq != self.id {
+            self.stats.fusion_unqualified += 1;
+            return;
+        }
+        let Some((a, b)) = self.conns.get2_mut(key, loc.key) else {
+            self.stats.fusion_unqualified += 1;
+            return;
+        };
+        if !b.local {
+            self.stats.fusion_unqualified += 1;
+            return;
+        }
+        match Tcb::fuse_pair(now, &mut a.tcb, &mut b.tcb) {
+            Ok(()) => {
+                a.peer = Some(loc.key);
+                b.peer = Some(key);
+                a.unread = 0;
+                b.unread = 0;
+                self.wheel.update(&mut a.timer, key, None);
+                self.wheel.update(&mut b.timer, loc.key, None);
+                self.stats.fusion_fused_total += 1;
+                self.stats.fusion_fused_now += 1;
+                st.probe(Probe::Fuse, l, r, 0);
+            }
+            Err(ember_core::tcp::FuseRefusal::SimultaneousOpen)
+            | Err(ember_core::tcp::FuseRefusal::Unfusable) => {
+                a.tcb.set_unfusable();
+                b.tcb.set_unfusable();
+                self.stats.fusion_unfusable += 1;
+            }
+            Err(_) => self.stats.fusion_unqualified += 1,
+        }
+    }
+
+    /// Unfuses `key` and its peer (both, permanently). Nothing is lost: what was moved
+    /// into a receive buffer stays there; both continue as ordinary TCP.
+    pub fn unfuse(&mut self, st: &StackInner, now: Instant, key: Key) {
+        if let Some(peer) = self.conns.get(key).and_then(|c| c.peer) {
+            self.unfuse_keys(st, now, key, peer);
+            self.after(st, now, peer);
+        }
+    }
+
+    fn unfuse_keys(&mut self, st: &StackInner, now: Instant, key: Key, peer: Key) {
+        let Some((a, b)) = self.conns.get2_mut(key, peer) else {
+            if let Some(a) = self.conns.get_mut(key) {
+                a.peer = None;
+            }
+            return;
+        };
+        Tcb::unfuse_pair(now, &mut a.tcb, &mut b.tcb);
+        a.peer = None;
+        b.peer = None;
+        a.flowctl = false;
+        b.flowctl = false;
+        self.stats.fusion_fused_now = self.stats.fusion_fused_now.saturating_sub(1);
+        st.probe(Probe::Unfuse, a.tcb.local(), a.tcb.remote(), 0);
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Application calls (run inside the squeue).
+    // ---------------------------------------------------------------------------------
+
+    /// write(): fused or ordinary. `WouldBlock` when the writer must wait.
+    pub fn send(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        key: Key,
+        data: &[u8],
+        oob: bool,
+    ) -> io::Result<usize> {
+        let Some(c) = self.conns.get(key) else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        if let Some(peer) = c.peer {
+            if oob {
+                // Urgent data is not carried fused: unfuse, then send it as TCP.
+                self.stats.fusion_urg += 1;
+                self.unfuse(st, now, key);
+            } else {
+                return self.fused_send(st, now, key, peer, data);
+            }
+        }
+        let c = self.conns.get_mut(key).expect("checked");
+        let r = if oob {
+            c.tcb.send_urgent(now, data)
+        } else {
+            c.tcb.send(now, data)
+        };
+        self.flush(st, now, key);
+        self.run_lo(st, now);
+        r.map_err(Into::into)
+    }
+
+    fn fused_send(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        key: Key,
+        peer: Key,
+        data: &[u8],
+    ) -> io::Result<usize> {
+        let limit = st.params().tcp_fusion_rcv_unread_min;
+        let Some((w, r)) = self.conns.get2_mut(key, peer) else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if limit > 0 && r.unread >= limit {
+            // The reader has not read the last `limit` writes: stop the writer so that it
+            // cannot starve a slower reader sharing its CPU (Solaris 10).
+            if !w.flowctl {
+                w.flowctl = true;
+                self.stats.fusion_flowctl += 1;
+                self.stats.fusion_rrw_stops += 1;
+                st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 1);
+            }
+            self.publish(key);
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        match w.tcb.fused_send(now, &mut r.tcb, data) {
+            Ok(n) => {
+                r.unread = r.unread.saturating_add(1);
+                self.stats.fusion_putnext += 1;
+                self.stats.fusion_bytes += n as u64;
+                st.probe(Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
+                st.probe(Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
+                if n < data.len() && !w.flowctl {
+                    w.flowctl = true;
+                    self.stats.fusion_flowctl += 1;
+                    st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
+                }
+                let _ = r.tcb.take_events();
+                self.publish(peer);
+                self.publish(key);
+                Ok(n)
+            }
+            Err(TcpError::WouldBlock) => {
+                if !w.flowctl {
+                    w.flowctl = true;
+                    self.stats.fusion_flowctl += 1;
+                    st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
+                }
+                self.publish(key);
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            Err(e) => {
+                self.flush(st, now, key);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// read() / peek().
+    pub fn recv(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        key: Key,
+        buf: &mut [u8],
+        peek: bool,
+    ) -> io::Result<usize> {
+        let Some(c) = self.conns.get_mut(key) else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let r = if peek {
+            c.tcb.peek(buf)
+        } else {
+            c.tcb.recv(now, buf)
+        };
+        if !peek {
+            if let (Ok(n), Some(peer)) = (&r, c.peer) {
+                if *n > 0 {
+                    c.unread = 0;
+                    if let Some((rd, wr)) = self.conns.get2_mut(key, peer) {
+                        rd.tcb.fused_sync_window(&mut wr.tcb);
+                        let _ = wr.tcb.take_events();
+                        if wr.flowctl && rd.tcb.fused_recv_space() > 0 {
+                            wr.flowctl = false;
+                            self.stats.fusion_backenabled += 1;
+                        }
+                    }
+                    self.publish(peer);
+                    self.publish(key);
+                    return r.map_err(Into::into);
+                }
+            }
+        }
+        self.flush(st, now, key);
+        self.run_lo(st, now);
+        r.map_err(Into::into)
+    }
+
+    /// shutdown(SHUT_WR): unfuses first (a FIN is a real segment).
+    pub fn shutdown_write(&mut self, st: &StackInner, now: Instant, key: Key) -> io::Result<()> {
+        self.unfuse(st, now, key);
+        let Some(c) = self.conns.get_mut(key) else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let r = c.tcb.shutdown_write(now);
+        self.flush(st, now, key);
+        self.run_lo(st, now);
+        r.map_err(Into::into)
+    }
+
+    /// close(): linger 0 resets; otherwise the connection finishes on its own (a
+    /// close with unread data resets, as the core decides).
+    pub fn close(&mut self, st: &StackInner, now: Instant, key: Key, abort: bool) {
+        self.unfuse(st, now, key);
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        c.released = true;
+        c.queued_in = None;
+        if abort {
+            c.tcb.abort(now);
+        } else {
+            c.tcb.close(now);
+        }
+        self.flush(st, now, key);
+        self.run_lo(st, now);
+    }
+
+    /// Runs `f` on a connection's Tcb (socket options), unfusing first if `unfuse`.
+    pub fn with_tcb<R>(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        key: Key,
+        f: impl FnOnce(&mut Tcb) -> R,
+    ) -> io::Result<R> {
+        let c = self
+            .conns
+            .get_mut(key)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+        let r = f(&mut c.tcb);
+        self.flush(st, now, key);
+        self.run_lo(st, now);
+        Ok(r)
+    }
+
+    /// The `tcp_info`-like snapshot of a connection.
+    pub fn info(&self, key: Key) -> Option<(TcbInfo, bool)> {
+        self.conns
+            .get(key)
+            .map(|c| (c.tcb.info(), c.peer.is_some()))
+    }
+
+    /// connect(): creates the connection on this squeue and sends the SYN.
+    pub fn connect(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        mtu: u32,
+        is_local: bool,
+    ) -> io::Result<Arc<ConnShared>> {
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss: st.isn.isn(now, local, remote),
+            ts_offset: st.isn.ts_offset(local, remote),
+            mtu,
+        };
+        let tcb = Tcb::connect(now, spec, st.tcp_settings());
+        let key = self.conns.next_key();
+        if !st
+            .classifier
+            .insert((local, remote), ConnLoc { sq: self.id, key })
+        {
+            return Err(io::ErrorKind::AddrInUse.into());
+        }
+        let shared = ConnShared::new(self.id, key, local, remote);
+        let k = self.conns.insert(Conn {
+            tcb,
+            shared: shared.clone(),
+            listener: None,
+            queued_in: None,
+            released: false,
+            timer: None,
+            local: is_local,
+            peer: None,
+            unread: 0,
+            flowctl: false,
+            hop: None,
+        });
+        debug_assert_eq!(k, key);
+        self.stats.active_opens += 1;
+        st.probe(Probe::ConnectRequest, local, remote, 0);
+        self.flush(st, now, key);
+        self.run_lo(st, now);
+        Ok(shared)
+    }
+
+    /// An ICMP error quoting one of our segments (RFC 5927 §4.1 validation).
+    pub fn icmp_error(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        key: Key,
+        seq: u32,
+        code: u8,
+        mtu: u16,
+    ) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        let s = SeqNum(seq);
+        let valid = if c.tcb.state() == State::SynSent {
+            s == c.tcb.snd_una()
+        } else {
+            s.in_range(c.tcb.snd_una(), c.tcb.snd_nxt())
+        };
+        if !valid {
+            return;
+        }
+        if code == ember_core::wire::icmp_unreach::FRAG_NEEDED {
+            if mtu >= 68 {
+                c.tcb.on_path_mtu(now, u32::from(mtu));
+            }
+        } else {
+            c.tcb.on_unreachable(now, code);
+        }
+        self.flush(st, now, key);
+    }
+
+    /// Every connection's snapshot (netstat).
+    pub fn netstat(&self) -> Vec<(TcbInfo, usize, bool)> {
+        self.conns
+            .iter()
+            .map(|(_, c)| (c.tcb.info(), self.id, c.peer.is_some()))
+            .collect()
+    }
+
+    /// TCP counters: finished connections plus live ones.
+    pub fn tcb_stats(&self) -> (TcbStats, u64) {
+        let mut s = self.gone;
+        let mut estab = 0;
+        for (_, c) in self.conns.iter() {
+            s.accumulate(c.tcb.stats());
+            if matches!(c.tcb.state(), State::Established | State::CloseWait) {
+                estab += 1;
+            }
+        }
+        (s, estab)
+    }
+
+    /// Resets every connection (stack shutdown).
+    pub fn abort_all(&mut self, st: &StackInner, now: Instant) {
+        let keys: Vec<Key> = self.conns.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            self.unfuse(st, now, k);
+            if let Some(c) = self.conns.get_mut(k) {
+                c.released = true;
+                c.tcb.abort(now);
+            }
+            self.flush(st, now, k);
+        }
+        self.run_lo(st, now);
+        let keys: Vec<Key> = self.conns.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            self.remove(st, k);
+        }
+        self.lo.clear();
+    }
+
+    /// Called when a listener closes: resets the connections of its queues that live here.
+    pub fn listener_closed(&mut self, st: &StackInner, now: Instant, l: &Arc<ListenerShared>) {
+        let keys: Vec<Key> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.listener.as_ref().is_some_and(|x| Arc::ptr_eq(x, l))
+                    || c.queued_in
+                        .as_ref()
+                        .and_then(Weak::upgrade)
+                        .is_some_and(|x| Arc::ptr_eq(&x, l))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            self.close(st, now, k, true);
+        }
+    }
+
+    /// The handle of an accepted connection: it is the application's now.
+    pub fn accepted(&mut self, key: Key) {
+        if let Some(c) = self.conns.get_mut(key) {
+            c.queued_in = None;
+        }
+    }
+}
+
+impl Perimeter for Perim {
+    fn service(&mut self, now_std: std::time::Instant) -> bool {
+        let _ = now_std;
+        let Some(st) = self.stack() else {
+            return false;
+        };
+        let now = crate::clock::now();
+        let mut did = false;
+        // Timers.
+        self.fired.clear();
+        let mut fired = std::mem::take(&mut self.fired);
+        self.wheel.advance(now, &mut fired);
+        for &k in &fired {
+            did = true;
+            if let Some(c) = self.conns.get_mut(k) {
+                c.timer = None;
+                c.tcb.on_timeout(now);
+            }
+            self.flush(&st, now, k);
+        }
+        self.fired = fired;
+        // Device receive queues.
+        for i in 0..self.rx_devs.len() {
+            let (iface, dev) = self.rx_devs[i].clone();
+            let mut buf = std::mem::take(&mut self.rx_buf);
+            buf.clear();
+            dev.poll_rx(now, &mut buf, 256);
+            if !buf.is_empty() {
+                did = true;
+                st.receive_frames(now, iface, &mut buf);
+            }
+            self.rx_buf = buf;
+        }
+        if self.host_timers && st.host_timers(now) {
+            did = true;
+        }
+        // Upcalls from the IP layer (segments from devices, ICMP errors).
+        if st.dispatch_upcalls(self, now) {
+            did = true;
+        }
+        self.run_lo(&st, now);
+        did
+    }
+
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        let mut d = self.wheel.next_deadline();
+        for (_, dev) in &self.rx_devs {
+            if let Some(t) = dev.next_rx() {
+                d = Some(d.map_or(t, |x| x.min(t)));
+            }
+        }
+        if self.host_timers {
+            if let Some(st) = self.stack() {
+                if let Some(t) = st.host_deadline() {
+                    d = Some(d.map_or(t, |x| x.min(t)));
+                }
+            }
+        }
+        d.map(crate::clock::to_std)
+    }
+}
+
+/// The squeue a flow's segments land on when a device spreads them by hash.
+pub(crate) fn rss_queue(t: &Tuple, n: usize) -> usize {
+    (flow_hash(t) % n.max(1) as u64) as usize
+}
+
+/// Convenience: entering a squeue for a segment.
+pub(crate) fn seg_work(seg: Seg) -> impl FnOnce(&mut Perim) + Send + 'static {
+    move |p: &mut Perim| {
+        if let Some(st) = p.stack() {
+            let now = crate::clock::now();
+            p.input(&st, now, seg);
+            p.run_lo(&st, now);
+        }
+    }
+}
