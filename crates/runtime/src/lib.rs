@@ -27,6 +27,9 @@ pub mod squeue;
 pub mod stack;
 mod sync;
 
+#[cfg(all(test, loom))]
+mod fusion_loom;
+
 #[cfg(not(loom))]
 pub use socket::{Poller, TcpListener, TcpStream, UdpSocket};
 #[cfg(not(loom))]

@@ -7,10 +7,12 @@
 //!
 //! # Wake-up protocol (no lost wake-ups)
 //! A waiter increments `waiters`, then checks `ready`, then parks, all under `lock`. A
-//! setter stores `ready`, then reads `waiters`, and if non-zero takes `lock` to notify.
-//! Both sides use sequentially consistent operations, so either the setter sees the
-//! waiter or the waiter sees the new bits; the notify happens under the lock, so it
-//! cannot fall between the waiter's check and its park. (Model-checked in `loom_tests`.)
+//! setter that raises a bit stores `ready`, then takes `lock` and notifies if anyone
+//! waits. Either the setter's lock comes after the waiter parked (it sees the waiter and
+//! wakes it) or before the waiter locked (the waiter then sees the new bits): no lost
+//! wake-up, with acquire/release alone. (Model-checked in `fusion_loom`.) An earlier
+//! version skipped the lock when a SeqCst load of `waiters` read 0; loom, which models
+//! SeqCst as acquire/release, reported a lost wake-up there, and the lock costs little.
 
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use ember_core::host::Key;
@@ -54,6 +56,9 @@ pub struct Waitable {
     #[cfg(not(loom))]
     pollers: Mutex<Vec<PollReg>>,
     has_pollers: AtomicBool,
+    /// Async tasks waiting for bits (mask, waker).
+    wakers: Mutex<Vec<(u32, std::task::Waker)>>,
+    has_wakers: AtomicBool,
 }
 
 impl Default for Waitable {
@@ -66,6 +71,8 @@ impl Default for Waitable {
             #[cfg(not(loom))]
             pollers: Mutex::new(Vec::new()),
             has_pollers: AtomicBool::new(false),
+            wakers: Mutex::new(Vec::new()),
+            has_wakers: AtomicBool::new(false),
         }
     }
 }
@@ -83,9 +90,26 @@ impl Waitable {
         if raised == 0 {
             return;
         }
-        if self.waiters.load(Ordering::SeqCst) > 0 {
+        {
+            // The waiter count is read under the lock the waiter checks `ready` under, so
+            // the check-then-park cannot miss this store (acquire/release suffices; no
+            // store-load ordering is relied on). Only when a bit is raised.
             let _g = self.lock.lock();
-            self.cv.notify_all();
+            if self.waiters.load(Ordering::SeqCst) > 0 {
+                self.cv.notify_all();
+            }
+        }
+        if self.has_wakers.load(Ordering::SeqCst) {
+            let mut v = self.wakers.lock();
+            let mut i = 0;
+            while i < v.len() {
+                if v[i].0 & raised != 0 {
+                    v.swap_remove(i).1.wake();
+                } else {
+                    i += 1;
+                }
+            }
+            self.has_wakers.store(!v.is_empty(), Ordering::SeqCst);
         }
         #[cfg(not(loom))]
         if self.has_pollers.load(Ordering::SeqCst) {
@@ -104,6 +128,36 @@ impl Waitable {
     pub fn raise(&self, bits: u32) {
         let cur = self.ready();
         self.set(cur | bits);
+    }
+
+    /// Async readiness: the bits of `mask` that are set now, or registers `cx`'s waker
+    /// to be woken when one is raised (then re-checks, so a bit raised meanwhile is not
+    /// missed) and returns `Pending`.
+    pub fn poll_ready(&self, mask: u32, cx: &mut std::task::Context<'_>) -> std::task::Poll<u32> {
+        let r = self.ready() & mask;
+        if r != 0 {
+            return std::task::Poll::Ready(r);
+        }
+        {
+            let mut v = self.wakers.lock();
+            if !v.iter().any(|(m, w)| *m == mask && w.will_wake(cx.waker())) {
+                // Bounded: a task re-polling replaces nothing but adds at most one entry
+                // per distinct (mask, waker); stale ones are woken and dropped on the
+                // next raise.
+                if v.len() >= 64 {
+                    for (_, w) in v.drain(..) {
+                        w.wake();
+                    }
+                }
+                v.push((mask, cx.waker().clone()));
+            }
+            self.has_wakers.store(true, Ordering::SeqCst);
+        }
+        let r = self.ready() & mask;
+        if r != 0 {
+            return std::task::Poll::Ready(r);
+        }
+        std::task::Poll::Pending
     }
 
     /// Parks until one of `mask` is set, or `deadline` passes. Returns the bits of `mask`
