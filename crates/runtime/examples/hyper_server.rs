@@ -46,6 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         hyper::client::conn::http1::handshake(TokioIo::new(client_stream)).await?;
     tokio::spawn(conn);
     for path in ["/", "/fusion", "/squeue"] {
+        sender.ready().await?;
         let req = Request::get(path)
             .header("host", "localhost")
             .body(Full::new(Bytes::new()))?;

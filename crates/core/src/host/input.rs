@@ -81,9 +81,12 @@ impl Host {
             self.stats.ip.in_hdr_errors += 1;
             return;
         };
-        let ifc = self.ifaces[usize::from(iface.0)];
-        let bcast =
-            ip.dst.is_broadcast() || subnet_broadcast(ifc.addr, ifc.prefix_len) == Some(ip.dst);
+        // Loopback datagrams of a host without interfaces come with no interface.
+        let bcast = ip.dst.is_broadcast()
+            || self
+                .ifaces
+                .get(usize::from(iface.0))
+                .is_some_and(|ifc| subnet_broadcast(ifc.addr, ifc.prefix_len) == Some(ip.dst));
         if !bcast && !self.is_local_addr(ip.dst) {
             // Not ours, and ember does not forward.
             self.stats.ip.in_addr_errors += 1;
@@ -352,9 +355,6 @@ impl Host {
                 continue;
             };
             let iface = self.iface_by_addr(ip.dst).unwrap_or(IfaceId(0));
-            if self.ifaces.is_empty() {
-                continue;
-            }
             self.ip_input(now, iface, &pkt, false);
         }
     }

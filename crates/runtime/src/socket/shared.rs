@@ -94,8 +94,14 @@ impl Waitable {
             // The waiter count is read under the lock the waiter checks `ready` under, so
             // the check-then-park cannot miss this store (acquire/release suffices; no
             // store-load ordering is relied on). Only when a bit is raised.
-            let _g = self.lock.lock();
-            if self.waiters.load(Ordering::SeqCst) > 0 {
+            // Notified after the lock is dropped, so the woken thread does not run into
+            // a lock still held: a waiter counted under the lock is already parked in
+            // the condition variable (it releases the lock only by parking).
+            let waiting = {
+                let _g = self.lock.lock();
+                self.waiters.load(Ordering::SeqCst)
+            };
+            if waiting > 0 {
                 self.cv.notify_all();
             }
         }

@@ -248,6 +248,9 @@ impl TcpStream {
         let opts = self.sh.opts.lock().clone();
         let dl = deadline(opts.read_timeout);
         loop {
+            if self.sh.rd_shut.load(Ordering::SeqCst) {
+                return Ok(0);
+            }
             match self.recv_once(buf, peek) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
                     let got =
@@ -647,11 +650,11 @@ impl TcpListener {
         loop {
             closing(&self.st)?;
             let popped = {
+                // Readiness is published under the queue lock, so it always matches the
+                // queue (a concurrent enqueue cannot have its ACCEPT cleared).
                 let mut q = self.l.accept_q.lock();
                 let c = q.pop_front();
-                let n = q.len();
-                drop(q);
-                self.l.update_ready(n);
+                self.l.update_ready(q.len());
                 c
             };
             if let Some(sh) = popped {

@@ -28,6 +28,14 @@ pub struct UdpSocket {
     connected: Mutex<Option<SocketAddrV4>>,
 }
 
+impl core::fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("UdpSocket")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
 fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
     for a in addr.to_socket_addrs()? {
         if let SocketAddr::V4(a) = a {
@@ -43,6 +51,7 @@ fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
 impl UdpSocket {
     /// bind(); port 0 picks an ephemeral port.
     pub fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        stack.check_open()?;
         let local = v4(addr)?;
         let (id, local) = stack.with_host(|h| {
             let id = h.udp_bind(local)?;
@@ -71,6 +80,7 @@ impl UdpSocket {
 
     /// Sends one datagram to `to`.
     pub fn send_to(&self, data: &[u8], to: impl ToSocketAddrs) -> io::Result<usize> {
+        self.stack.check_open()?;
         let to = v4(to)?;
         let id = self.sh.id;
         self.stack
@@ -93,14 +103,18 @@ impl UdpSocket {
     }
 
     fn try_recv(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.stack.check_open()?;
         let id = self.sh.id;
-        let (d, left) = self.stack.with_host(|h| {
+        let sh = &self.sh;
+        let d = self.stack.with_host(|h| {
             let d = h.udp_recv_from(id);
-            (d, h.udp_pending(id))
+            // Under the IP layer's lock, like the raise for a new datagram: the readiness
+            // word always matches the queue.
+            if h.udp_pending(id) == 0 {
+                sh.w.set(ready::WRITE);
+            }
+            d
         });
-        if left == 0 {
-            self.sh.w.set(ready::WRITE);
-        }
         let d = d?;
         let n = d.data.len().min(buf.len());
         buf[..n].copy_from_slice(&d.data[..n]);

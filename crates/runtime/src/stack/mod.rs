@@ -1025,6 +1025,17 @@ impl Stack {
         r
     }
 
+    /// `NotConnected` once the stack was shut down.
+    pub(crate) fn check_open(&self) -> io::Result<()> {
+        if self.inner.closing.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the stack was shut down",
+            ));
+        }
+        Ok(())
+    }
+
     /// Our interface addresses.
     pub fn addrs(&self) -> &[Ipv4Addr] {
         &self.inner.addrs

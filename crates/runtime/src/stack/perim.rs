@@ -62,8 +62,12 @@ pub(crate) struct Conn {
     pub peer: Option<Key>,
     /// Fused writes this end (as reader) has not read yet.
     pub unread: u32,
-    /// This end (as fused writer) is flow-controlled.
-    pub flowctl: bool,
+    /// This end (as fused writer) is stopped by the unread-writes limit
+    /// (`tcp_fusion_rcv_unread_min`); a read by the peer resumes it.
+    pub flowctl_rrw: bool,
+    /// This end (as fused writer) is stopped by the peer's full receive buffer; it
+    /// resumes when the reader has drained to the low-water mark (the core's WRITABLE).
+    pub flowctl_full: bool,
     /// Cached next hop towards a remote peer.
     pub hop: Option<(IfaceId, MacAddr)>,
 }
@@ -331,7 +335,8 @@ impl Perim {
             local: is_local,
             peer: None,
             unread: 0,
-            flowctl: false,
+            flowctl_rrw: false,
+            flowctl_full: false,
             hop: None,
         });
         debug_assert_eq!(k, key);
@@ -513,12 +518,11 @@ impl Perim {
                 let shared = c.shared.clone();
                 self.publish(key);
                 self.try_fuse(st, now, key);
-                let n = {
+                {
                     let mut q = l.accept_q.lock();
                     q.push_back(shared);
-                    q.len()
-                };
-                l.update_ready(n);
+                    l.update_ready(q.len());
+                }
                 return;
             }
             if closed {
@@ -579,8 +583,12 @@ impl Perim {
         if t.urgent_mark().is_some() {
             b |= ready::URGENT;
         }
+        if c.shared.rd_shut.load(Ordering::SeqCst) {
+            // shutdown(SHUT_RD): reads return end of file at once.
+            b |= ready::READ;
+        }
         let writable = match c.peer.and_then(|p| self.conns.get(p)) {
-            Some(p) => !c.flowctl && p.tcb.fused_recv_space() > 0,
+            Some(p) => !c.flowctl_rrw && !c.flowctl_full && p.tcb.fused_recv_space() > 0,
             None => {
                 (t.send_space() >= t.send_lowat() || (t.send_queued() == 0 && t.send_space() > 0))
                     && matches!(st, State::Established | State::CloseWait)
@@ -679,8 +687,10 @@ impl Perim {
         Tcb::unfuse_pair(now, &mut a.tcb, &mut b.tcb);
         a.peer = None;
         b.peer = None;
-        a.flowctl = false;
-        b.flowctl = false;
+        a.flowctl_rrw = false;
+        b.flowctl_rrw = false;
+        a.flowctl_full = false;
+        b.flowctl_full = false;
         self.stats.fusion_fused_now = self.stats.fusion_fused_now.saturating_sub(1);
         st.probe(Probe::Unfuse, a.tcb.local(), a.tcb.remote(), 0);
     }
@@ -739,8 +749,8 @@ impl Perim {
         if limit > 0 && r.unread >= limit {
             // The reader has not read the last `limit` writes: stop the writer so that it
             // cannot starve a slower reader sharing its CPU (Solaris 10).
-            if !w.flowctl {
-                w.flowctl = true;
+            if !w.flowctl_rrw {
+                w.flowctl_rrw = true;
                 self.stats.fusion_flowctl += 1;
                 self.stats.fusion_rrw_stops += 1;
                 st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 1);
@@ -755,8 +765,8 @@ impl Perim {
                 self.stats.fusion_bytes += n as u64;
                 st.probe(Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
                 st.probe(Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
-                if n < data.len() && !w.flowctl {
-                    w.flowctl = true;
+                if n < data.len() && !w.flowctl_full {
+                    w.flowctl_full = true;
                     self.stats.fusion_flowctl += 1;
                     st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
                 }
@@ -766,8 +776,8 @@ impl Perim {
                 Ok(n)
             }
             Err(TcpError::WouldBlock) => {
-                if !w.flowctl {
-                    w.flowctl = true;
+                if !w.flowctl_full {
+                    w.flowctl_full = true;
                     self.stats.fusion_flowctl += 1;
                     st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
                 }
@@ -793,6 +803,13 @@ impl Perim {
         let Some(c) = self.conns.get_mut(key) else {
             return Err(io::ErrorKind::NotConnected.into());
         };
+        // A read stops at the urgent mark (as Linux's does), so the application can tell
+        // with `at_mark` (SIOCATMARK) where the urgent data ends (RFC 6093: inline).
+        let lim = match c.tcb.urgent_mark() {
+            Some(m) if m > 0 => buf.len().min(m),
+            _ => buf.len(),
+        };
+        let buf = &mut buf[..lim];
         let r = if peek {
             c.tcb.peek(buf)
         } else {
@@ -804,9 +821,16 @@ impl Perim {
                     c.unread = 0;
                     if let Some((rd, wr)) = self.conns.get2_mut(key, peer) {
                         rd.tcb.fused_sync_window(&mut wr.tcb);
-                        let _ = wr.tcb.take_events();
-                        if wr.flowctl && rd.tcb.fused_recv_space() > 0 {
-                            wr.flowctl = false;
+                        // A read resets the unread count and resumes a writer stopped by
+                        // it; a writer stopped by a full buffer resumes only at the
+                        // low-water mark, which the core signals as WRITABLE.
+                        let ev = wr.tcb.take_events();
+                        let was_stopped = wr.flowctl_rrw || wr.flowctl_full;
+                        wr.flowctl_rrw = false;
+                        if wr.flowctl_full && ev.contains(Events::WRITABLE) {
+                            wr.flowctl_full = false;
+                        }
+                        if was_stopped && !wr.flowctl_full {
                             self.stats.fusion_backenabled += 1;
                         }
                     }
@@ -912,7 +936,8 @@ impl Perim {
             local: is_local,
             peer: None,
             unread: 0,
-            flowctl: false,
+            flowctl_rrw: false,
+            flowctl_full: false,
             hop: None,
         });
         debug_assert_eq!(k, key);
