@@ -3,7 +3,11 @@
 //! in-memory link, and the Linux kernel's loopback TCP. Prints the median and p99 of each.
 //! (The full benchmark suite is `ember bench`; this is the runtime's quick check.)
 //!
-//! Run: `cargo run --release -p ember-runtime --example rr -- [ROUND_TRIPS]`
+//! Run: `cargo run --release -p ember-runtime --example rr -- [ROUND_TRIPS] [SPIN_US]`
+//!
+//! `SPIN_US` (default 0) sets `squeue_spin_us` and each socket's busy-poll time: a waiting
+//! reader spins that long before parking. On a virtual machine whose idle CPUs take tens
+//! of microseconds to wake, this is the difference between a context switch and a wake-up.
 
 use ember_runtime::dev::{mem_link, ImpairConfig};
 use ember_runtime::{IfaceConfig, Stack, TcpListener, TcpStream};
@@ -35,6 +39,18 @@ fn rounds<S: Read + Write>(mut c: S, n: usize) -> Vec<Duration> {
     v
 }
 
+fn squeue_line(st: &Stack) {
+    let k = st.kstat();
+    let g = |n: &str| k.iter().find(|(x, _)| x == n).map_or(0, |(_, v)| *v);
+    println!(
+        "{:<22} squeue: {} inline, {} queued, {} worker wake-ups",
+        "",
+        g("squeue:inline"),
+        g("squeue:queued"),
+        g("squeue:wakeups")
+    );
+}
+
 fn summary(name: &str, mut v: Vec<Duration>) -> Duration {
     v.sort();
     let p = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
@@ -52,15 +68,18 @@ fn ember_pair(
     client: &Stack,
     addr: SocketAddrV4,
     n: usize,
+    spin: Duration,
 ) -> (Vec<Duration>, bool) {
     let l = TcpListener::bind(server, addr).expect("bind");
     let h = std::thread::spawn(move || {
         let (s, _) = l.accept().expect("accept");
         s.set_nodelay(true).expect("nodelay");
+        s.set_busy_poll(spin).expect("busy poll");
         serve(s, n);
     });
     let c = TcpStream::connect(client, addr).expect("connect");
     c.set_nodelay(true).expect("nodelay");
+    c.set_busy_poll(spin).expect("busy poll");
     let fused = c.is_fused().expect("info");
     let v = rounds(&c, n);
     drop(c);
@@ -73,23 +92,33 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000);
+    let spin_us: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0);
+    let spin = Duration::from_micros(spin_us);
+    let spin_s = spin_us.to_string();
+    let stack = |fusion: &str| {
+        Stack::builder()
+            .squeues(1)
+            .param("do_tcp_fusion", fusion)
+            .and_then(|b| b.param("squeue_spin_us", &spin_s))
+            .expect("param")
+    };
     let lo = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9000);
 
-    let fused = Stack::loopback(1).expect("stack");
-    let (v, f) = ember_pair(&fused, &fused, lo, n);
+    let fused = stack("1").build().expect("stack");
+    let (v, f) = ember_pair(&fused, &fused, lo, n, spin);
     assert!(f, "expected a fused pair");
     summary("ember-fused", v);
+    squeue_line(&fused);
     fused.shutdown();
 
-    let unfused = Stack::builder()
-        .squeues(1)
-        .param("do_tcp_fusion", "0")
-        .expect("param")
-        .build()
-        .expect("stack");
-    let (v, f) = ember_pair(&unfused, &unfused, lo, n);
+    let unfused = stack("0").build().expect("stack");
+    let (v, f) = ember_pair(&unfused, &unfused, lo, n, spin);
     assert!(!f);
     summary("ember-loopback", v);
+    squeue_line(&unfused);
     unfused.shutdown();
 
     let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 1);
@@ -101,19 +130,12 @@ fn main() {
         mac: None,
         mtu: None,
     };
-    let a = Stack::builder()
-        .squeues(1)
-        .interface(iface(a_addr), ea)
-        .build()
-        .expect("a");
-    let b = Stack::builder()
-        .squeues(1)
-        .interface(iface(b_addr), eb)
-        .build()
-        .expect("b");
-    let (v, f) = ember_pair(&b, &a, SocketAddrV4::new(b_addr, 9000), n);
+    let a = stack("1").interface(iface(a_addr), ea).build().expect("a");
+    let b = stack("1").interface(iface(b_addr), eb).build().expect("b");
+    let (v, f) = ember_pair(&b, &a, SocketAddrV4::new(b_addr, 9000), n, spin);
     assert!(!f);
     summary("ember-wire (2 stacks)", v);
+    squeue_line(&a);
     a.shutdown();
     b.shutdown();
 

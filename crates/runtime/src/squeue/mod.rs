@@ -429,22 +429,29 @@ impl<P: Perimeter> Squeue<P> {
         };
         let done = Arc::new(Oneshot::new());
         let tx = done.clone();
-        self.append(tag, Box::new(move |p: &mut P| tx.put(f(p))));
-        // The owner may have released between our attempt and the append: rather than
-        // wait for the worker, take the idle squeue and drain it ourselves.
-        if inline_allowed() {
-            let owned = {
-                let mut q = self.q.lock();
-                if q.busy || q.items.is_empty() {
-                    false
-                } else {
-                    q.busy = true;
-                    true
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        // Append and, in the same critical section, take the squeue if its owner released
+        // it meanwhile: then this thread drains (its own item included) rather than waking
+        // the worker. If it is busy, its owner runs the item before releasing (or hands it
+        // to the worker when its drain limit is reached).
+        let owned = {
+            let mut q = self.q.lock();
+            q.items.push_back(Item {
+                tag,
+                work: Box::new(move |p: &mut P| tx.put(f(p))),
+            });
+            if !q.busy && inline_allowed() {
+                q.busy = true;
+                true
+            } else {
+                if !q.busy && q.parked {
+                    self.wake.notify_one();
                 }
-            };
-            if owned {
-                self.try_process_owned(|_| ());
+                false
             }
+        };
+        if owned {
+            self.try_process_owned(|_| ());
         }
         done.take(self.spin())
     }
