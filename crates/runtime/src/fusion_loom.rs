@@ -162,13 +162,17 @@ impl Pair {
         r
     }
 
-    /// The writer closes: unfuse (a FIN is a real segment), close, loopback.
-    fn close_a(&mut self) {
+    /// One end closes: unfuse (a FIN or RST is a real segment), close, loopback.
+    fn close(&mut self, writer_end: bool) {
         if self.fused {
             Tcb::unfuse_pair(T, &mut self.a, &mut self.b);
             self.fused = false;
         }
-        self.a.close(T);
+        if writer_end {
+            self.a.close(T);
+        } else {
+            self.b.close(T);
+        }
         shuttle(&mut self.a, &mut self.b);
         self.publish();
     }
@@ -207,7 +211,7 @@ fn fused_write_read_close_race() {
                         }
                     }
                 }
-                sq.call(1, |p: &mut Pair| p.close_a());
+                sq.call(1, |p: &mut Pair| p.close(true));
             })
         };
         let mut got = Vec::new();
@@ -254,15 +258,7 @@ fn fused_close_vs_write_race() {
             })
         };
         // The reader closes its end: unfuse, then close (RST if data is unread).
-        sq.call(2, |p: &mut Pair| {
-            if p.fused {
-                Tcb::unfuse_pair(T, &mut p.a, &mut p.b);
-                p.fused = false;
-            }
-            p.b.close(T);
-            shuttle(&mut p.a, &mut p.b);
-            p.publish();
-        });
+        sq.call(2, |p: &mut Pair| p.close(false));
         writer.join().unwrap();
         let (fused, b_closed) = sq.call(0, |p: &mut Pair| (p.fused, p.b.state()));
         assert!(!fused);

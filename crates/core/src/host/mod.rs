@@ -186,7 +186,8 @@ fn reasm_config(p: &Params) -> ReasmConfig {
     }
 }
 
-fn rst_bucket(p: &Params) -> TokenBucket {
+/// The token bucket of `tcp_rst_sent_rate` (RSTs per second; 0 = unlimited).
+pub fn rst_bucket(p: &Params) -> TokenBucket {
     if p.tcp_rst_sent_rate == 0 {
         TokenBucket::new(Duration::ZERO, 1)
     } else {

@@ -9,9 +9,9 @@
 use super::output::{datagram_buffer, plain_header, HEADROOM};
 use super::{ConnId, Host, ListenerId, SocketEvent};
 use crate::tcp::tcb::ConnSpec;
-use crate::tcp::{Events, SeqNum, State, Tcb, TcbInfo};
+use crate::tcp::{Events, SeqNum, Tcb, TcbInfo};
 use crate::time::Instant;
-use crate::wire::{icmp_unreach, ip_proto, Ipv4Repr, TcpFlags, TcpRepr, IPV4_HEADER_LEN};
+use crate::wire::{icmp_unreach, ip_proto, Ipv4Repr, TcpRepr, IPV4_HEADER_LEN};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -40,10 +40,6 @@ pub struct Listener {
     /// Connections in SYN-RECEIVED.
     pub(crate) syn_q: u32,
     pub(crate) queued: bool,
-}
-
-fn seg_len(seg: &TcpRepr, payload: &[u8]) -> u32 {
-    payload.len() as u32 + u32::from(seg.flags.syn()) + u32::from(seg.flags.fin())
 }
 
 impl Host {
@@ -125,25 +121,12 @@ impl Host {
         seg: &TcpRepr,
         payload: &[u8],
     ) {
-        if seg.flags.rst() || seg.flags.urg() {
+        let Some(r) = seg.reset_reply(payload.len()) else {
             return;
-        }
+        };
         if !self.rst_bucket.allow(now) {
             self.stats.tcp.rst_rate_limited += 1;
             return;
-        }
-        let mut r = TcpRepr {
-            src_port: local.port(),
-            dst_port: remote.port(),
-            ..TcpRepr::default()
-        };
-        if seg.flags.ack() {
-            r.seq = seg.ack;
-            r.flags = TcpFlags::RST;
-        } else {
-            r.seq = 0;
-            r.ack = seg.seq.wrapping_add(seg_len(seg, payload));
-            r.flags = TcpFlags::RST | TcpFlags::ACK;
         }
         self.stats.tcp.out_rsts += 1;
         self.stats.tcp.out_segs += 1;
@@ -252,13 +235,7 @@ impl Host {
         let Some(c) = self.conns.get_mut(id.0) else {
             return;
         };
-        let s = SeqNum(seq);
-        let valid = if c.tcb.state() == State::SynSent {
-            s == c.tcb.snd_una()
-        } else {
-            s.in_range(c.tcb.snd_una(), c.tcb.snd_nxt())
-        };
-        if !valid {
+        if !c.tcb.icmp_quote_valid(seq) {
             if code == icmp_unreach::FRAG_NEEDED {
                 self.stats.icmp.pmtu_rejected += 1;
             }
@@ -503,16 +480,7 @@ impl Host {
         remote: SocketAddrV4,
         local: Option<SocketAddrV4>,
     ) -> io::Result<ConnId> {
-        if remote.port() == 0
-            || remote.ip().is_unspecified()
-            || remote.ip().is_broadcast()
-            || remote.ip().is_multicast()
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "invalid destination",
-            ));
-        }
+        crate::ip::check_destination(remote)?;
         let Some((src, mtu)) = self.source_for(*remote.ip()) else {
             self.stats.ip.out_no_routes += 1;
             return Err(io::ErrorKind::NetworkUnreachable.into());

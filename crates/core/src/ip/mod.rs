@@ -75,3 +75,16 @@ mod tests {
         ));
     }
 }
+
+/// A destination a connection may be opened to: a unicast address and a non-zero port
+/// (`InvalidInput` otherwise, as `connect(2)` gives EINVAL-like errors).
+pub fn check_destination(remote: std::net::SocketAddrV4) -> std::io::Result<()> {
+    let ip = remote.ip();
+    if remote.port() == 0 || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "invalid destination",
+        ));
+    }
+    Ok(())
+}

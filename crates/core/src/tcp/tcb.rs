@@ -587,6 +587,17 @@ impl Tcb {
             .max(1)
     }
 
+    /// RFC 5927 §4.1: does an ICMP error quoting sequence number `seq` name one of our
+    /// segments in flight (`SND.UNA <= seq < SND.NXT`; in SYN-SENT exactly the ISS)?
+    pub fn icmp_quote_valid(&self, seq: u32) -> bool {
+        let s = SeqNum(seq);
+        if self.state == State::SynSent {
+            s == self.snd_una
+        } else {
+            s.in_range(self.snd_una, self.snd_nxt)
+        }
+    }
+
     pub fn send_queued(&self) -> usize {
         self.snd_buf.len()
     }

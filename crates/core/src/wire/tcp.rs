@@ -489,6 +489,31 @@ impl TcpRepr {
         Ok((repr, &buf[header.len()..]))
     }
 
+    /// The reset RFC 9293 §3.10.7.1 sends in answer to `self` (a segment carrying
+    /// `payload_len` octets that found no connection): `<SEQ=SEG.ACK><CTL=RST>` if it had
+    /// ACK, else `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`. `None` for a RST (never
+    /// answered) and, as FireEngine's classifier does, for a segment with URG.
+    pub fn reset_reply(&self, payload_len: usize) -> Option<TcpRepr> {
+        if self.flags.rst() || self.flags.urg() {
+            return None;
+        }
+        let mut r = TcpRepr {
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+            ..TcpRepr::default()
+        };
+        if self.flags.ack() {
+            r.seq = self.ack;
+            r.flags = TcpFlags::RST;
+        } else {
+            let seg_len =
+                payload_len as u32 + u32::from(self.flags.syn()) + u32::from(self.flags.fin());
+            r.ack = self.seq.wrapping_add(seg_len);
+            r.flags = TcpFlags::RST | TcpFlags::ACK;
+        }
+        Some(r)
+    }
+
     /// Header length in bytes: `20 + options.encoded_len()` (a multiple of 4, <= 60).
     pub fn header_len(&self) -> usize {
         TCP_HEADER_LEN + self.options.encoded_len()

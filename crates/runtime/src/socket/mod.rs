@@ -20,3 +20,17 @@ pub use shared::{ready, ConnShared, ListenerShared, SockOpts, Waitable};
 pub use tcp::{localhost, TcpListener, TcpStream};
 #[cfg(not(loom))]
 pub use udp::UdpSocket;
+
+/// The first IPv4 address `addr` resolves to (ember speaks IPv4).
+#[cfg(not(loom))]
+pub(crate) fn v4(addr: impl std::net::ToSocketAddrs) -> std::io::Result<std::net::SocketAddrV4> {
+    for a in addr.to_socket_addrs()? {
+        if let std::net::SocketAddr::V4(a) = a {
+            return Ok(a);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "no IPv4 address (ember speaks IPv4)",
+    ))
+}

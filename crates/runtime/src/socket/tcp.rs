@@ -13,6 +13,7 @@
 //! `TimedOut`, `WouldBlock`, `InvalidInput`.
 
 use super::shared::{ready, ConnShared, ListenerShared};
+use super::v4;
 use crate::squeue::{Mode, Squeue};
 use crate::stack::perim::Perim;
 use crate::stack::{Stack, StackInner};
@@ -26,18 +27,6 @@ use std::time::{Duration, Instant};
 
 /// Largest chunk copied on the queued (slow) path of one read or write.
 const QUEUED_CHUNK: usize = 1 << 20;
-
-fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
-    for a in addr.to_socket_addrs()? {
-        if let SocketAddr::V4(a) = a {
-            return Ok(a);
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "no IPv4 address (ember speaks IPv4)",
-    ))
-}
 
 fn closing(st: &StackInner) -> io::Result<()> {
     if st.closing.load(Ordering::SeqCst) {
@@ -110,16 +99,7 @@ impl TcpStream {
     fn connect_start(stack: &Stack, remote: SocketAddrV4) -> io::Result<TcpStream> {
         let st = stack.inner.clone();
         closing(&st)?;
-        if remote.port() == 0
-            || remote.ip().is_unspecified()
-            || remote.ip().is_broadcast()
-            || remote.ip().is_multicast()
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "invalid destination",
-            ));
-        }
+        ember_core::ip::check_destination(remote)?;
         let Some((src, mtu, is_local)) = st.source_for(*remote.ip()) else {
             return Err(io::Error::new(
                 io::ErrorKind::NetworkUnreachable,

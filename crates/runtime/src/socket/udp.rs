@@ -4,6 +4,7 @@
 //! and the socket's readiness is raised.
 
 use super::shared::{ready, Waitable};
+use super::v4;
 use crate::stack::Stack;
 use ember_core::host::UdpId;
 use std::io;
@@ -34,18 +35,6 @@ impl core::fmt::Debug for UdpSocket {
             .field("local", &self.local)
             .finish()
     }
-}
-
-fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
-    for a in addr.to_socket_addrs()? {
-        if let SocketAddr::V4(a) = a {
-            return Ok(a);
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "no IPv4 address",
-    ))
 }
 
 impl UdpSocket {

@@ -28,7 +28,7 @@ pub(crate) mod perim;
 use crate::classifier::{Classifier, Tuple};
 use crate::dev::Device;
 use crate::squeue::{Mode, SqCounters, Squeue};
-use ember_core::host::{Host, HostStats, Interface, TcpUpcall};
+use ember_core::host::{rst_bucket, Host, HostStats, Interface, TcpUpcall};
 use ember_core::icmp::ratelimit::TokenBucket;
 use ember_core::ip::route::{IfaceId, Route};
 use ember_core::params::{ParamError, Params};
@@ -325,17 +325,6 @@ impl StackBuilder {
         }
         *inner.workers.lock().unwrap_or_else(|e| e.into_inner()) = handles;
         Ok(Stack { inner })
-    }
-}
-
-fn rst_bucket(p: &Params) -> TokenBucket {
-    if p.tcp_rst_sent_rate == 0 {
-        TokenBucket::new(Duration::ZERO, 1)
-    } else {
-        TokenBucket::new(
-            Duration::from_nanos(1_000_000_000 / u64::from(p.tcp_rst_sent_rate)),
-            p.tcp_rst_sent_rate,
-        )
     }
 }
 

@@ -33,7 +33,7 @@ use ember_core::tcp::tcb::ConnSpec;
 use ember_core::tcp::{Events, SeqNum, State, Tcb, TcbInfo, TcbStats, TcpError};
 use ember_core::time::Instant;
 use ember_core::wire::{
-    ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpFlags, TcpRepr, ETHERNET_HEADER_LEN,
+    ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpRepr, ETHERNET_HEADER_LEN,
     IPV4_HEADER_LEN,
 };
 use std::collections::VecDeque;
@@ -70,6 +70,30 @@ pub(crate) struct Conn {
     pub flowctl_full: bool,
     /// Cached next hop towards a remote peer.
     pub hop: Option<(IfaceId, MacAddr)>,
+}
+
+impl Conn {
+    fn new(
+        tcb: Tcb,
+        shared: Arc<ConnShared>,
+        listener: Option<Arc<ListenerShared>>,
+        local: bool,
+    ) -> Conn {
+        Conn {
+            tcb,
+            shared,
+            listener,
+            queued_in: None,
+            released: false,
+            timer: None,
+            local,
+            peer: None,
+            unread: 0,
+            flowctl_rrw: false,
+            flowctl_full: false,
+            hop: None,
+        }
+    }
 }
 
 /// A TCP segment in flight inside the stack (loopback) or from a device.
@@ -125,10 +149,6 @@ pub(crate) struct Perim {
     rx_buf: Vec<Vec<u8>>,
     /// This squeue runs the IP layer's own timers (ARP, reassembly).
     pub host_timers: bool,
-}
-
-fn seg_len(seg: &TcpRepr, payload: &[u8]) -> u32 {
-    payload.len() as u32 + u32::from(seg.flags.syn()) + u32::from(seg.flags.fin())
 }
 
 impl Perim {
@@ -252,24 +272,11 @@ impl Perim {
         seg: &TcpRepr,
         payload: &[u8],
     ) {
-        if seg.flags.rst() || seg.flags.urg() {
+        let Some(r) = seg.reset_reply(payload.len()) else {
             return;
-        }
+        };
         if !st.rst_allowed(now) {
             return;
-        }
-        let mut r = TcpRepr {
-            src_port: local.port(),
-            dst_port: remote.port(),
-            ..TcpRepr::default()
-        };
-        if seg.flags.ack() {
-            r.seq = seg.ack;
-            r.flags = TcpFlags::RST;
-        } else {
-            r.seq = 0;
-            r.ack = seg.seq.wrapping_add(seg_len(seg, payload));
-            r.flags = TcpFlags::RST | TcpFlags::ACK;
         }
         self.stats.out_rsts_noconn += 1;
         let mut bytes = vec![0u8; r.header_len()];
@@ -325,20 +332,9 @@ impl Perim {
         let tcb = Tcb::accept(now, spec, st.tcp_settings(), seg);
         let key = self.conns.next_key();
         let shared = ConnShared::new(self.id, key, local, remote);
-        let k = self.conns.insert(Conn {
-            tcb,
-            shared,
-            listener: Some(l.clone()),
-            queued_in: None,
-            released: false,
-            timer: None,
-            local: is_local,
-            peer: None,
-            unread: 0,
-            flowctl_rrw: false,
-            flowctl_full: false,
-            hop: None,
-        });
+        let k = self
+            .conns
+            .insert(Conn::new(tcb, shared, Some(l.clone()), is_local));
         debug_assert_eq!(k, key);
         if !st
             .classifier
@@ -926,20 +922,9 @@ impl Perim {
             return Err(io::ErrorKind::AddrInUse.into());
         }
         let shared = ConnShared::new(self.id, key, local, remote);
-        let k = self.conns.insert(Conn {
-            tcb,
-            shared: shared.clone(),
-            listener: None,
-            queued_in: None,
-            released: false,
-            timer: None,
-            local: is_local,
-            peer: None,
-            unread: 0,
-            flowctl_rrw: false,
-            flowctl_full: false,
-            hop: None,
-        });
+        let k = self
+            .conns
+            .insert(Conn::new(tcb, shared.clone(), None, is_local));
         debug_assert_eq!(k, key);
         self.stats.active_opens += 1;
         st.probe(Probe::ConnectRequest, local, remote, 0);
@@ -961,13 +946,7 @@ impl Perim {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        let s = SeqNum(seq);
-        let valid = if c.tcb.state() == State::SynSent {
-            s == c.tcb.snd_una()
-        } else {
-            s.in_range(c.tcb.snd_una(), c.tcb.snd_nxt())
-        };
-        if !valid {
+        if !c.tcb.icmp_quote_valid(seq) {
             return;
         }
         if code == ember_core::wire::icmp_unreach::FRAG_NEEDED {
