@@ -1039,6 +1039,28 @@ fn delayed_ack_two_full_segments_acked_at_once() {
     assert_eq!(o.tcb.poll_timeout(), None, "delayed-ACK timer cancelled");
 }
 
+/// RFC 5681 §4.2, counted in bytes as Linux does: a full segment and a partial one
+/// (more than one MSS unacknowledged) are acknowledged at once, so a sender whose buffer
+/// holds less than two segments never waits for the delayed-ACK timer; two small
+/// segments (less than one MSS together) still wait for it.
+#[test]
+fn delayed_ack_more_than_one_mss_of_bytes_acked_at_once() {
+    let (mut o, mut p) = plain(settings(|_| {}));
+    let off = spend_quickacks(&mut o, &mut p);
+    peer_send(&mut o, &mut p, &pattern(300));
+    peer_send(&mut o, &mut p, &pattern(300));
+    assert!(o.sent.is_empty(), "600 bytes < one MSS: delayed");
+    assert_eq!(o.next_timer(), Some(ms(40)));
+    let a = o.pop();
+    assert_eq!(a.ack(), PBASE + off + 600);
+    peer_send(&mut o, &mut p, &pattern(1000));
+    assert!(o.sent.is_empty());
+    peer_send(&mut o, &mut p, &pattern(600));
+    let a = o.pop();
+    assert_eq!(a.ack(), PBASE + off + 2200, "1600 bytes > one MSS: at once");
+    assert_eq!(o.tcb.poll_timeout(), None, "delayed-ACK timer cancelled");
+}
+
 /// RFC 5681 §4.2 / RFC 2018 §4: an out-of-order segment is acknowledged at once (a
 /// duplicate ACK) carrying a SACK block for it.
 #[test]

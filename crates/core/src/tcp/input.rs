@@ -689,13 +689,17 @@ impl Tcb {
                 self.events.insert(Events::READABLE);
                 // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK at least every second full-sized
                 // segment, at once when a hole is filled, within the delayed-ACK timer
-                // otherwise; quick ACKs at connection start and after idle.
+                // otherwise; quick ACKs at connection start and after idle. "Second
+                // full-sized segment" is counted in bytes, as Linux does: more than one
+                // MSS unacknowledged is acknowledged at once, so a full segment followed
+                // by a partial one (a sender whose buffer is under two segments, e.g. on
+                // loopback with its 64 KB MSS) does not wait for the delayed-ACK timer.
                 if filled || !self.ooo.is_empty() {
                     self.ack_now = true;
                 } else if self.quickack > 0 {
                     self.quickack -= 1;
                     self.ack_now = true;
-                } else if self.rcv_unacked_bytes >= 2 * self.rcv_mss {
+                } else if self.rcv_unacked_bytes > self.rcv_mss {
                     self.ack_now = true;
                 } else if self.delack_deadline.is_none() {
                     self.delack_deadline = Some(now + self.set.delack);

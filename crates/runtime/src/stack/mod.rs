@@ -866,6 +866,8 @@ impl Stack {
                 out_rsts_noconn,
                 time_wait_reuse,
                 lo_segs,
+                ip_lo_out,
+                ip_lo_in,
                 lo_requeued,
                 cross_sq,
                 filtered
@@ -874,6 +876,9 @@ impl Stack {
             out.squeue += c;
             out.per_squeue.push(c);
         }
+        out.host.ip.out_requests += out.tcp.ip_lo_out;
+        out.host.ip.in_receives += out.tcp.ip_lo_in;
+        out.host.ip.in_delivers += out.tcp.ip_lo_in;
         let h = &mut out.host.tcp;
         h.add_tcb(&all_tcb);
         h.active_opens += out.tcp.active_opens;

@@ -130,6 +130,10 @@ pub struct PerimStats {
     pub out_rsts_noconn: u64,
     pub time_wait_reuse: u64,
     pub lo_segs: u64,
+    /// Loopback datagrams through IP (counted into ipOutRequests / ipInReceives /
+    /// ipInDelivers: the loopback path has no IP header, but it is IP traffic).
+    pub ip_lo_out: u64,
+    pub ip_lo_in: u64,
     pub lo_requeued: u64,
     pub cross_sq: u64,
     pub filtered: u64,
@@ -178,6 +182,9 @@ impl Perim {
 
     /// A segment for this stack, classified here (this squeue received it).
     pub fn input(&mut self, st: &StackInner, now: Instant, seg: Seg) {
+        if seg.csum_ok {
+            self.stats.ip_lo_in += 1;
+        }
         let Ok((repr, payload)) = TcpRepr::parse(&seg.bytes, seg.src, seg.dst, !seg.csum_ok) else {
             self.stats.in_segs_noconn += 1;
             self.stats.in_errs += 1;
@@ -405,6 +412,7 @@ impl Perim {
         st.probe(Probe::IpSend, local, remote, bytes.len());
         if st.is_local_addr(*remote.ip()) {
             self.stats.lo_segs += 1;
+            self.stats.ip_lo_out += 1;
             let seg = Seg {
                 src: *local.ip(),
                 dst: *remote.ip(),
