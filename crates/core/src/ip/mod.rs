@@ -43,6 +43,19 @@ pub fn in_subnet(a: Ipv4Addr, net: Ipv4Addr, prefix_len: u8) -> bool {
     u32::from(a) & mask == u32::from(net) & mask
 }
 
+/// A destination a connection may be opened to: a unicast address and a non-zero port
+/// (`InvalidInput` otherwise, as `connect(2)` gives EINVAL-like errors).
+pub fn check_destination(remote: std::net::SocketAddrV4) -> std::io::Result<()> {
+    let ip = remote.ip();
+    if remote.port() == 0 || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "invalid destination",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,17 +87,4 @@ mod tests {
             0
         ));
     }
-}
-
-/// A destination a connection may be opened to: a unicast address and a non-zero port
-/// (`InvalidInput` otherwise, as `connect(2)` gives EINVAL-like errors).
-pub fn check_destination(remote: std::net::SocketAddrV4) -> std::io::Result<()> {
-    let ip = remote.ip();
-    if remote.port() == 0 || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "invalid destination",
-        ));
-    }
-    Ok(())
 }
