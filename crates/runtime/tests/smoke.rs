@@ -21,3 +21,30 @@ fn loopback_echo() {
     eprintln!("fused={fused} stats={:?}", st.stats().tcp);
     assert!(fused);
 }
+
+/// A socket call from a probe subscriber (which runs inside the squeue) is refused with
+/// `Deadlock` instead of waiting for the squeue it runs in.
+#[test]
+fn socket_call_from_a_probe_subscriber_is_refused_not_deadlocked() {
+    use std::sync::{Arc, Mutex};
+    let st = Stack::loopback(1).unwrap();
+    let l = TcpListener::bind(&st, "127.0.0.1:7001").unwrap();
+    let c = Arc::new(TcpStream::connect(&st, "127.0.0.1:7001").unwrap());
+    let (s, _) = l.accept().unwrap();
+    let seen: Arc<Mutex<Vec<std::io::ErrorKind>>> = Arc::default();
+    let (c2, seen2) = (Arc::downgrade(&c), seen.clone());
+    st.subscribe(move |_ev| {
+        if let Some(c) = c2.upgrade() {
+            if let Err(e) = c.set_nodelay(true) {
+                seen2.lock().unwrap().push(e.kind());
+            }
+        }
+    });
+    (&*c).write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    (&s).read_exact(&mut b).unwrap();
+    let kinds = seen.lock().unwrap().clone();
+    assert!(!kinds.is_empty());
+    assert!(kinds.iter().all(|k| *k == std::io::ErrorKind::Deadlock));
+    st.shutdown();
+}

@@ -29,6 +29,14 @@ use std::time::{Duration, Instant};
 const QUEUED_CHUNK: usize = 1 << 20;
 
 fn closing(st: &StackInner) -> io::Result<()> {
+    if crate::squeue::depth() > 0 {
+        // A socket call from inside a squeue (a probe subscriber) would wait for the
+        // squeue it runs in.
+        return Err(io::Error::new(
+            io::ErrorKind::Deadlock,
+            "socket call from inside a squeue (e.g. a probe subscriber)",
+        ));
+    }
     if st.closing.load(Ordering::SeqCst) {
         return Err(io::Error::new(
             io::ErrorKind::NotConnected,

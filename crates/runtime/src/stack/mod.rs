@@ -773,6 +773,11 @@ impl Stack {
 
     /// Subscribes to every probe (in-process). Returns nothing to unsubscribe with: the
     /// subscriber lives as long as the stack.
+    ///
+    /// The subscriber runs where the probe fires: inside a squeue, with that squeue
+    /// owned. It must be quick and must not call back into the stack (sockets, `stats`,
+    /// `netstat`, `set_param`...): such a call would wait for the squeue it is running
+    /// in. Record the event and return, as a DTrace action does.
     pub fn subscribe(&self, f: impl Fn(&ProbeEvent) + Send + Sync + 'static) {
         self.inner
             .subscribers
