@@ -207,6 +207,17 @@ impl Classifier {
         }
     }
 
+    /// Every listener (stack shutdown wakes their acceptors).
+    pub fn listeners(&self) -> Vec<Arc<ListenerShared>> {
+        self.binds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     /// Is there a listener on `port` at `ip` (or the wildcard)?
     pub fn listening(&self, ip: Ipv4Addr, port: u16) -> bool {
         self.listener(SocketAddrV4::new(ip, port)).is_some()

@@ -136,7 +136,7 @@ impl Poller {
     /// forever) when none is ready. Returns how many.
     pub fn wait(&self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<usize> {
         events.clear();
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let gen = *self.inner.gen.lock().unwrap_or_else(|e| e.into_inner());
             {

@@ -86,7 +86,11 @@ impl Waitable {
     /// Replaces the readiness bits; wakes waiters and pollers if a bit was raised.
     pub fn set(&self, bits: u32) {
         let old = self.ready.swap(bits, Ordering::SeqCst);
-        let raised = bits & !old;
+        self.notify(bits & !old);
+    }
+
+    /// Wakes waiters, async tasks and pollers interested in the `raised` bits.
+    fn notify(&self, raised: u32) {
         if raised == 0 {
             return;
         }
@@ -106,16 +110,23 @@ impl Waitable {
             }
         }
         if self.has_wakers.load(Ordering::SeqCst) {
-            let mut v = self.wakers.lock();
-            let mut i = 0;
-            while i < v.len() {
-                if v[i].0 & raised != 0 {
-                    v.swap_remove(i).1.wake();
-                } else {
-                    i += 1;
+            // Woken after the lock is dropped: an executor may poll the task at once.
+            let mut due = Vec::new();
+            {
+                let mut v = self.wakers.lock();
+                let mut i = 0;
+                while i < v.len() {
+                    if v[i].0 & raised != 0 {
+                        due.push(v.swap_remove(i).1);
+                    } else {
+                        i += 1;
+                    }
                 }
+                self.has_wakers.store(!v.is_empty(), Ordering::SeqCst);
             }
-            self.has_wakers.store(!v.is_empty(), Ordering::SeqCst);
+            for w in due {
+                w.wake();
+            }
         }
         #[cfg(not(loom))]
         if self.has_pollers.load(Ordering::SeqCst) {
@@ -130,10 +141,10 @@ impl Waitable {
         }
     }
 
-    /// Raises `bits` (keeps the others).
+    /// Raises `bits` (keeps the others), atomically: a concurrent `set` is never undone.
     pub fn raise(&self, bits: u32) {
-        let cur = self.ready();
-        self.set(cur | bits);
+        let old = self.ready.fetch_or(bits, Ordering::SeqCst);
+        self.notify(bits & !old);
     }
 
     /// Async readiness: the bits of `mask` that are set now, or registers `cx`'s waker
@@ -144,6 +155,7 @@ impl Waitable {
         if r != 0 {
             return std::task::Poll::Ready(r);
         }
+        let mut stale: Vec<std::task::Waker> = Vec::new();
         {
             let mut v = self.wakers.lock();
             if !v.iter().any(|(m, w)| *m == mask && w.will_wake(cx.waker())) {
@@ -151,13 +163,15 @@ impl Waitable {
                 // per distinct (mask, waker); stale ones are woken and dropped on the
                 // next raise.
                 if v.len() >= 64 {
-                    for (_, w) in v.drain(..) {
-                        w.wake();
-                    }
+                    // Woken after the lock is dropped (below).
+                    stale = v.drain(..).map(|(_, w)| w).collect();
                 }
                 v.push((mask, cx.waker().clone()));
             }
             self.has_wakers.store(true, Ordering::SeqCst);
+        }
+        for w in stale {
+            w.wake();
         }
         let r = self.ready() & mask;
         if r != 0 {

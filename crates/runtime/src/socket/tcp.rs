@@ -46,8 +46,9 @@ fn closing(st: &StackInner) -> io::Result<()> {
     Ok(())
 }
 
-fn deadline(t: Option<Duration>) -> Option<Instant> {
-    t.map(|d| Instant::now() + d)
+/// When a timeout of `t` from now ends; a timeout too long to represent never ends.
+pub(crate) fn deadline(t: Option<Duration>) -> Option<Instant> {
+    t.and_then(|d| Instant::now().checked_add(d))
 }
 
 fn check_timeout(t: Option<Duration>) -> io::Result<()> {
@@ -298,7 +299,10 @@ impl TcpStream {
         use std::net::Shutdown::*;
         if matches!(how, Read | Both) {
             self.sh.rd_shut.store(true, Ordering::SeqCst);
-            self.sh.w.raise(ready::READ);
+            // Published from inside the squeue, like every other readiness change, so it
+            // cannot race the squeue's own publication.
+            let key = self.sh.key;
+            self.call(move |p, _, _| p.publish(key))?;
         }
         if matches!(how, Write | Both) {
             let key = self.sh.key;

@@ -11,7 +11,7 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Readiness of one UDP socket (shared with the IP layer's event dispatch).
 pub struct UdpShared {
@@ -55,6 +55,13 @@ impl UdpSocket {
         });
         sh.w.set(ready::WRITE);
         stack.inner.register_udp(&sh);
+        // A datagram that arrived before the registration raised nothing: check once.
+        let sh2 = sh.clone();
+        stack.with_host(|h| {
+            if h.udp_pending(id) > 0 {
+                sh2.w.raise(ready::READ);
+            }
+        });
         Ok(UdpSocket {
             stack: stack.clone(),
             sh,
@@ -117,7 +124,7 @@ impl UdpSocket {
             .read_timeout
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = super::tcp::deadline(timeout);
         loop {
             match self.try_recv(buf) {
                 Err(e)

@@ -365,8 +365,14 @@ impl<P: Perimeter> Squeue<P> {
 
     /// Gives up ownership: publishes the next deadline, wakes the worker if items are
     /// left (hand-off) or its deadline moved earlier.
-    fn release(&self, next: Option<Instant>, handoff: bool) {
+    fn release(&self, mut next: Option<Instant>, handoff: bool) {
         let mut q = self.q.lock();
+        while q.shutdown && !q.items.is_empty() {
+            // No worker to hand off to any more: keep draining.
+            drop(q);
+            next = self.worker_drain();
+            q = self.q.lock();
+        }
         q.busy = false;
         let earlier = match (next, q.deadline) {
             (Some(n), Some(d)) => n < d,
@@ -374,7 +380,9 @@ impl<P: Perimeter> Squeue<P> {
             _ => false,
         };
         q.deadline = next;
-        if (handoff || !q.items.is_empty() || earlier) && q.parked {
+        // A kick that arrived while we owned the squeue (a device has frames) is the
+        // worker's to service.
+        if (handoff || !q.items.is_empty() || earlier || q.kicked) && q.parked {
             self.wake.notify_one();
         }
     }
@@ -758,6 +766,91 @@ mod tests {
         fired.store(1, Ordering::Relaxed);
         sq.shutdown();
         w.join().unwrap();
+    }
+
+    /// A perimeter whose `next_deadline` runs a hook (to land a kick between the
+    /// owner's last look at its perimeter and its release).
+    struct Hooked {
+        serviced: Arc<AtomicUsize>,
+        hook: Option<Box<dyn FnOnce() + Send>>,
+    }
+
+    impl Perimeter for Hooked {
+        fn service(&mut self, _now: Instant) -> bool {
+            self.serviced.fetch_add(1, Ordering::SeqCst);
+            false
+        }
+        fn next_deadline(&self) -> Option<Instant> {
+            None
+        }
+    }
+
+    /// A kick (a device has frames) that arrives while an application thread owns the
+    /// squeue is serviced by the worker once the owner releases.
+    #[test]
+    fn kick_while_owned_reaches_the_worker() {
+        let serviced = Arc::new(AtomicUsize::new(0));
+        let sq = Squeue::new(
+            0,
+            Hooked {
+                serviced: serviced.clone(),
+                hook: None,
+            },
+            Duration::from_millis(20),
+            Duration::ZERO,
+        );
+        let w = {
+            let s = sq.clone();
+            std::thread::spawn(move || s.run_worker())
+        };
+        // Let the worker park.
+        std::thread::sleep(Duration::from_millis(50));
+        let before = serviced.load(Ordering::SeqCst);
+        let s2 = sq.clone();
+        sq.try_process(move |p: &mut Hooked| {
+            p.hook = None;
+            // Inside the squeue: the worker must not run now, but must run later.
+            s2.kick();
+        })
+        .ok()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while serviced.load(Ordering::SeqCst) == before {
+            assert!(Instant::now() < deadline, "kick lost");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        sq.shutdown();
+        w.join().unwrap();
+    }
+
+    /// After shutdown (no worker) with a zero drain limit, queued work never strands:
+    /// owners keep draining instead of handing off to a worker that is gone.
+    #[test]
+    fn no_handoff_after_shutdown() {
+        let sq = Squeue::new(0, Log::default(), Duration::ZERO, Duration::ZERO);
+        let w = start(&sq);
+        sq.shutdown();
+        w.join().unwrap();
+        let mut hs = Vec::new();
+        for t in 0..4u64 {
+            let s = sq.clone();
+            hs.push(std::thread::spawn(move || {
+                for i in 0..300u64 {
+                    let v = t * 1000 + i;
+                    assert_eq!(
+                        s.call(v, move |p: &mut Log| {
+                            p.seen.push(v);
+                            v
+                        }),
+                        v
+                    );
+                }
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(sq.with(|p: &mut Log| p.seen.len()), 1200);
     }
 
     #[test]

@@ -302,8 +302,13 @@ impl StackBuilder {
             let dev2 = dev.clone();
             let iface = IfaceId(i as u16);
             sq.with(move |p: &mut Perim| p.rx_devs.push((iface, dev2)));
-            let waker = sq.clone();
-            dev.set_rx_waker(Box::new(move || waker.kick()));
+            // Weak: the squeue owns the device (rx_devs), the device owns the waker.
+            let waker = Arc::downgrade(&sq);
+            dev.set_rx_waker(Box::new(move || {
+                if let Some(sq) = waker.upgrade() {
+                    sq.kick();
+                }
+            }));
         }
         let mut handles = Vec::new();
         for (i, sq) in inner.squeues.iter().enumerate() {
@@ -672,7 +677,11 @@ impl StackInner {
             let cand = SocketAddrV4::new(src, port);
             if self.classifier.lookup(&(cand, remote)).is_some()
                 || self.classifier.listening(src, port)
+                || (self.is_local_addr(*remote.ip())
+                    && self.classifier.lookup(&(remote, cand)).is_some())
             {
+                // In use; or, towards ourselves, the server side of this tuple is still
+                // in use (TIME-WAIT of an accepted connection).
                 continue;
             }
             if n > 1 && perim::rss_queue(&(cand, remote), n) != sq {
@@ -984,6 +993,21 @@ impl Stack {
                 p.rx_devs.clear();
             });
             sq.shutdown();
+        }
+        // Wake whoever waits on a listener or a UDP socket: their next call fails.
+        for l in self.inner.classifier.listeners() {
+            l.w.raise(crate::socket::ready::ACCEPT | crate::socket::ready::HUP);
+        }
+        let udp: Vec<_> = self
+            .inner
+            .udp_socks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for u in udp {
+            u.w.raise(crate::socket::ready::READ | crate::socket::ready::HUP);
         }
         let hs: Vec<_> = self
             .inner

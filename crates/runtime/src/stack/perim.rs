@@ -70,6 +70,8 @@ pub(crate) struct Conn {
     pub flowctl_full: bool,
     /// Cached next hop towards a remote peer.
     pub hop: Option<(IfaceId, MacAddr)>,
+    /// The connection's error was reported to the application (once, as Linux).
+    pub err_reported: bool,
 }
 
 impl Conn {
@@ -92,6 +94,7 @@ impl Conn {
             flowctl_rrw: false,
             flowctl_full: false,
             hop: None,
+            err_reported: false,
         }
     }
 }
@@ -282,7 +285,9 @@ impl Perim {
         let Some(r) = seg.reset_reply(payload.len()) else {
             return;
         };
-        if !st.rst_allowed(now) {
+        // `tcp_rst_sent_rate` protects the network from us; RSTs to our own addresses
+        // stay in the process (a local connect to a closed port is refused at once).
+        if !st.is_local_addr(*remote.ip()) && !st.rst_allowed(now) {
             return;
         }
         self.stats.out_rsts_noconn += 1;
@@ -312,7 +317,7 @@ impl Perim {
             self.reply_rst(st, now, local, remote, seg, payload);
             return;
         }
-        if !f.syn() || f.fin() {
+        if !f.syn() || f.fin() || st.closing.load(Ordering::SeqCst) {
             return;
         }
         let queued = l.accept_q.lock().len() as u32;
@@ -541,6 +546,12 @@ impl Perim {
             self.remove(st, key);
             return;
         }
+        if closed {
+            // CLOSED but still held by the application: it no longer owns its 4-tuple (a
+            // new connection may reuse it), as Linux unhashes a closed socket.
+            let t = (c.tcb.local(), c.tcb.remote());
+            st.classifier.remove(&t, ConnLoc { sq: self.id, key });
+        }
         if ev.contains(Events::CONNECTED) && !c.tcb.is_passive() {
             st.probe(Probe::StateChange, c.tcb.local(), c.tcb.remote(), 0);
         }
@@ -598,7 +609,18 @@ impl Perim {
                     && matches!(st, State::Established | State::CloseWait)
             }
         };
-        if writable || err || st == State::Closed {
+        // Once the sending side is shut (FIN queued or sent, or closed), a write fails at
+        // once (EPIPE): report it writable, as Linux's poll does, so a parked writer wakes.
+        let send_shut = matches!(
+            st,
+            State::FinWait1
+                | State::FinWait2
+                | State::Closing
+                | State::LastAck
+                | State::TimeWait
+                | State::Closed
+        );
+        if writable || err || send_shut {
             b |= ready::WRITE;
         }
         b
@@ -730,6 +752,11 @@ impl Perim {
         } else {
             c.tcb.send(now, data)
         };
+        // After the error was reported, writes fail with EPIPE (Linux).
+        let r = match r {
+            Err(TcpError::NotConnected) if c.err_reported => Err(TcpError::BrokenPipe),
+            r => r,
+        };
         self.flush(st, now, key);
         self.run_lo(st, now);
         r.map_err(Into::into)
@@ -818,6 +845,17 @@ impl Perim {
             c.tcb.peek(buf)
         } else {
             c.tcb.recv(now, buf)
+        };
+        // A connection error is reported once (ECONNRESET...), then reads see end of
+        // file, as on Linux; a never-connected socket keeps saying NotConnected.
+        let r = match r {
+            Err(e) if e != TcpError::WouldBlock && c.tcb.error() == Some(e) && !peek => {
+                let _ = c.tcb.take_error();
+                c.err_reported = true;
+                Err(e)
+            }
+            Err(TcpError::NotConnected) if c.err_reported => Ok(0),
+            r => r,
         };
         if !peek {
             if let (Ok(n), Some(peer)) = (&r, c.peer) {
@@ -921,6 +959,12 @@ impl Perim {
             ts_offset: st.isn.ts_offset(local, remote),
             mtu,
         };
+        if st.closing.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the stack was shut down",
+            ));
+        }
         let tcb = Tcb::connect(now, spec, st.tcp_settings());
         let key = self.conns.next_key();
         if !st
