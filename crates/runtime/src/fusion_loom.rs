@@ -178,6 +178,13 @@ impl Pair {
     }
 }
 
+/// The pair's squeue and its worker thread.
+fn start(pair: Pair) -> (Arc<Squeue<Pair>>, loom::thread::JoinHandle<()>) {
+    let sq = Squeue::new(0, pair, Duration::from_secs(60), Duration::ZERO);
+    let s = sq.clone();
+    (sq, loom::thread::spawn(move || s.run_worker()))
+}
+
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
@@ -191,11 +198,7 @@ fn fused_write_read_close_race() {
     model(|| {
         let pair = Pair::new(1);
         let (a_w, b_w) = (pair.a_w.clone(), pair.b_w.clone());
-        let sq = Squeue::new(0, pair, Duration::from_secs(60), Duration::ZERO);
-        let worker = {
-            let s = sq.clone();
-            loom::thread::spawn(move || s.run_worker())
-        };
+        let (sq, worker) = start(pair);
         let writer = {
             let sq = sq.clone();
             loom::thread::spawn(move || {
@@ -240,12 +243,7 @@ fn fused_write_read_close_race() {
 #[test]
 fn fused_close_vs_write_race() {
     model(|| {
-        let pair = Pair::new(8);
-        let sq = Squeue::new(0, pair, Duration::from_secs(60), Duration::ZERO);
-        let worker = {
-            let s = sq.clone();
-            loom::thread::spawn(move || s.run_worker())
-        };
+        let (sq, worker) = start(Pair::new(8));
         let writer = {
             let sq = sq.clone();
             loom::thread::spawn(move || {

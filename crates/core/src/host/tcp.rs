@@ -166,17 +166,13 @@ impl Host {
         payload: &[u8],
         iss: Option<SeqNum>,
     ) {
-        let f = seg.flags;
-        if f.rst() {
-            return;
-        }
-        if f.ack() {
-            self.reply_rst(now, local, remote, seg, payload);
-            return;
-        }
-        if !f.syn() || f.fin() {
-            // SYN+FIN is dropped, as Linux does.
-            return;
+        match crate::tcp::ListenVerdict::of(seg) {
+            crate::tcp::ListenVerdict::Ignore => return,
+            crate::tcp::ListenVerdict::Reset => {
+                self.reply_rst(now, local, remote, seg, payload);
+                return;
+            }
+            crate::tcp::ListenVerdict::Open => {}
         }
         let Some(l) = self.listeners.get(lid.0) else {
             return;

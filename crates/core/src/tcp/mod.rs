@@ -281,3 +281,30 @@ impl Default for TcpSettings {
         TcpSettings::from_params(&Params::default())
     }
 }
+
+/// What a listener does with a segment (RFC 9293 §3.10.7.2, LISTEN state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenVerdict {
+    /// Drop it: a RST, a segment with neither SYN nor ACK, or SYN+FIN (dropped, as Linux).
+    Ignore,
+    /// An ACK: answer `<SEQ=SEG.ACK><CTL=RST>`.
+    Reset,
+    /// A SYN: create a connection in SYN-RECEIVED.
+    Open,
+}
+
+impl ListenVerdict {
+    /// The verdict for `seg` arriving at a listener.
+    pub fn of(seg: &crate::wire::TcpRepr) -> ListenVerdict {
+        let f = seg.flags;
+        if f.rst() {
+            ListenVerdict::Ignore
+        } else if f.ack() {
+            ListenVerdict::Reset
+        } else if f.syn() && !f.fin() {
+            ListenVerdict::Open
+        } else {
+            ListenVerdict::Ignore
+        }
+    }
+}

@@ -30,7 +30,7 @@ use ember_core::host::slab::Slab;
 use ember_core::host::{Key, HEADROOM};
 use ember_core::ip::route::IfaceId;
 use ember_core::tcp::tcb::ConnSpec;
-use ember_core::tcp::{Events, SeqNum, State, Tcb, TcbInfo, TcbStats, TcpError};
+use ember_core::tcp::{Events, ListenVerdict, SeqNum, State, Tcb, TcbInfo, TcbStats, TcpError};
 use ember_core::time::Instant;
 use ember_core::wire::{
     ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpRepr, ETHERNET_HEADER_LEN,
@@ -309,16 +309,14 @@ impl Perim {
         payload: &[u8],
         iss: Option<SeqNum>,
     ) {
-        let f = seg.flags;
-        if f.rst() {
-            return;
-        }
-        if f.ack() {
-            self.reply_rst(st, now, local, remote, seg, payload);
-            return;
-        }
-        if !f.syn() || f.fin() || st.closing.load(Ordering::SeqCst) {
-            return;
+        match ListenVerdict::of(seg) {
+            ListenVerdict::Ignore => return,
+            ListenVerdict::Reset => {
+                self.reply_rst(st, now, local, remote, seg, payload);
+                return;
+            }
+            ListenVerdict::Open if st.closing.load(Ordering::SeqCst) => return,
+            ListenVerdict::Open => {}
         }
         let queued = l.accept_q.lock().len() as u32;
         if queued >= l.backlog.load(Ordering::Relaxed) {
