@@ -191,10 +191,11 @@ impl TcpStream {
         closing(&self.st)?;
         let key = self.sh.key;
         let st = &*self.st;
-        match self
-            .sq()
-            .try_process(|p: &mut Perim| p.recv(st, crate::clock::now(), key, buf, peek))
-        {
+        let spin = self.spin();
+        match self.sq().try_process_spin(
+            |p: &mut Perim| p.recv(st, crate::clock::now(), key, buf, peek),
+            spin,
+        ) {
             Ok(r) => r,
             Err(_) => {
                 let len = buf.len().min(QUEUED_CHUNK);
@@ -215,10 +216,11 @@ impl TcpStream {
         closing(&self.st)?;
         let key = self.sh.key;
         let st = &*self.st;
-        match self
-            .sq()
-            .try_process(|p: &mut Perim| p.send(st, crate::clock::now(), key, data, oob))
-        {
+        let spin = self.spin();
+        match self.sq().try_process_spin(
+            |p: &mut Perim| p.send(st, crate::clock::now(), key, data, oob),
+            spin,
+        ) {
             Ok(r) => r,
             Err(_) => {
                 let v = data[..data.len().min(QUEUED_CHUNK)].to_vec();

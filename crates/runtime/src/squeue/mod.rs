@@ -293,6 +293,34 @@ impl<P: Perimeter> Squeue<P> {
         Ok(self.try_process_owned(f))
     }
 
+    /// [`Squeue::try_process`], retried for up to `spin` while the squeue is busy: a
+    /// caller that would otherwise queue its work and wait for the result (a socket call
+    /// with `squeue_spin_us` or busy-poll set) waits for the owner to finish instead and
+    /// then runs inline, without a boxed item or a hand-back. With `spin` zero it is
+    /// `try_process`.
+    pub fn try_process_spin<R, F: FnOnce(&mut P) -> R>(
+        &self,
+        f: F,
+        spin: Duration,
+    ) -> Result<R, F> {
+        let mut f = f;
+        let mut t0: Option<Instant> = None;
+        loop {
+            match self.try_process(f) {
+                Ok(r) => return Ok(r),
+                Err(back) => f = back,
+            }
+            if spin.is_zero() || !inline_allowed() {
+                return Err(f);
+            }
+            let start = *t0.get_or_insert_with(Instant::now);
+            if start.elapsed() >= spin {
+                return Err(f);
+            }
+            core::hint::spin_loop();
+        }
+    }
+
     /// Process mode once `busy` is ours: run `f`, drain for at most the limit, release.
     fn try_process_owned<R, F: FnOnce(&mut P) -> R>(&self, f: F) -> R {
         let mut reset = BusyReset {
