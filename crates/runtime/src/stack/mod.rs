@@ -292,7 +292,6 @@ impl StackBuilder {
                 filter_on: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 workers: Mutex::new(Vec::new()),
-                lo_dropped: AtomicU64::new(0),
                 udp_socks: Mutex::new(std::collections::HashMap::new()),
             }
         });
@@ -373,7 +372,6 @@ pub struct StackInner {
     filter_on: AtomicBool,
     pub(crate) closing: AtomicBool,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
-    lo_dropped: AtomicU64,
     udp_socks: Mutex<
         std::collections::HashMap<
             ember_core::host::UdpId,
@@ -960,10 +958,6 @@ impl Stack {
             ("loopback_segs", t.lo_segs),
             ("loopback_requeued", t.lo_requeued),
             ("filtered", t.filtered),
-            (
-                "loopback_dropped",
-                self.inner.lo_dropped.load(Ordering::Relaxed),
-            ),
         ] {
             v.push((format!("classifier:{k}"), x));
         }
