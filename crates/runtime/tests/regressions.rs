@@ -206,3 +206,39 @@ fn dropping_a_stack_frees_its_devices() {
     }
     drop(b);
 }
+
+/// A fused writer stopped by its reader's full buffer goes on when the reader enlarges
+/// SO_RCVBUF (the writer's window follows the reader's space), without a read.
+#[test]
+fn fused_writer_resumes_when_the_reader_grows_its_buffer() {
+    let st = Stack::builder()
+        .squeues(1)
+        .param("tcp_fusion_rcv_unread_min", "0")
+        .unwrap()
+        .param("tcp_recv_hiwat", "20000")
+        .unwrap()
+        .build()
+        .unwrap();
+    let (c, s) = pair(&st, 7107);
+    assert!(c.is_fused().unwrap());
+    c.set_nonblocking(true).unwrap();
+    let chunk = [5u8; 1000];
+    let mut sent = 0;
+    loop {
+        match (&c).write(&chunk) {
+            Ok(n) => sent += n,
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::WouldBlock);
+                break;
+            }
+        }
+        assert!(sent < 1_000_000, "never stopped");
+    }
+    assert_eq!(c.readiness() & ready::WRITE, 0);
+    s.set_recv_buffer_size(200_000).unwrap();
+    assert_ne!(c.readiness() & ready::WRITE, 0, "writable again");
+    let more = (&c).write(&chunk).unwrap();
+    assert!(more > 0);
+    assert!(c.is_fused().unwrap() && s.is_fused().unwrap());
+    st.shutdown();
+}

@@ -626,8 +626,11 @@ impl Perim {
 
     fn remove(&mut self, st: &StackInner, key: Key) {
         if let Some(peer) = self.conns.get(key).and_then(|c| c.peer) {
+            // Not reached today (every closing path unfuses first), but a fused peer left
+            // behind must go on as TCP: readiness published, timers armed.
             let now = crate::clock::now();
             self.unfuse_keys(st, now, key, peer);
+            self.after(st, now, peer);
         }
         if let Some(mut c) = self.conns.remove(key) {
             self.wheel.update(&mut c.timer, key, None);
@@ -915,7 +918,9 @@ impl Perim {
         self.run_lo(st, now);
     }
 
-    /// Runs `f` on a connection's Tcb (socket options), unfusing first if `unfuse`.
+    /// Runs `f` on a connection's Tcb (socket options) and sends what that caused. On a
+    /// fused connection the peer's send window then follows this end's receive space
+    /// (a larger SO_RCVBUF lets a writer stopped on a full buffer go on).
     pub fn with_tcb<R>(
         &mut self,
         st: &StackInner,
@@ -928,6 +933,19 @@ impl Perim {
             .get_mut(key)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
         let r = f(&mut c.tcb);
+        if let Some(peer) = c.peer {
+            if let Some((rd, wr)) = self.conns.get2_mut(key, peer) {
+                rd.tcb.fused_sync_window(&mut wr.tcb);
+                let ev = wr.tcb.take_events();
+                if wr.flowctl_full && ev.contains(Events::WRITABLE) {
+                    wr.flowctl_full = false;
+                    if !wr.flowctl_rrw {
+                        self.stats.fusion_backenabled += 1;
+                    }
+                }
+            }
+            self.publish(peer);
+        }
         self.flush(st, now, key);
         self.run_lo(st, now);
         Ok(r)
