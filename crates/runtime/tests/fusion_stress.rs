@@ -36,47 +36,8 @@ const BATCH_DEADLINE: Duration = Duration::from_secs(60);
 /// Bound of setup calls (connect, accept).
 const T: Duration = Duration::from_secs(10);
 
-/// SplitMix64.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-
-    /// A length: mostly small, sometimes large (buffers fill, writes go partial).
-    fn len(&mut self) -> usize {
-        match self.next() % 4 {
-            0 => self.range(1, 64),
-            1 => self.range(1, 4096),
-            2 => self.range(1, 40_000),
-            _ => self.range(40_000, 300_000),
-        }
-    }
-}
+mod common;
+use common::Rng;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -266,11 +227,13 @@ fn run_main(s: Arc<TcpStream>, mut g: Rng, flags: Arc<EndFlags>, dedicated: bool
                 break;
             }
             _ => {
-                if g.chance(50) {
-                    thread::yield_now();
+                // A pause: very short or up to 2 ms (a sleep, never a yield loop).
+                let us = if g.chance(50) {
+                    1
                 } else {
-                    thread::sleep(Duration::from_micros(g.range(1, 2000) as u64));
-                }
+                    g.range(1, 2000) as u64
+                };
+                thread::sleep(Duration::from_micros(us));
             }
         }
     }
@@ -635,7 +598,7 @@ fn wake_round(
     });
     match delay {
         0 => {}
-        1 => thread::yield_now(),
+        1 => thread::sleep(Duration::from_micros(1)),
         2 => thread::sleep(Duration::from_micros(g.range(1, 300) as u64)),
         _ => thread::sleep(Duration::from_millis(2)),
     }

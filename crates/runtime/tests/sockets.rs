@@ -214,12 +214,10 @@ fn close_with_unread_data_resets(fusion: bool) {
     let (mut c, s) = pair(&st, 7020);
     assert_eq!(c.is_fused().unwrap(), fusion);
     c.write_all(b"never read by the server").unwrap();
-    // Make sure the data reached the server's receive queue before it closes.
-    let t0 = Instant::now();
-    while s.recv_available() == 0 {
-        assert!(t0.elapsed() < T, "data never arrived");
-        std::thread::yield_now();
-    }
+    // Make sure the data reached the server's receive queue before it closes (a
+    // blocking peek parks until it has; `pair` bounds it with a read timeout).
+    s.peek(&mut [0u8; 1]).expect("data never arrived");
+    assert!(s.recv_available() > 0);
     drop(s);
     let mut b = [0u8; 16];
     let e = c.read(&mut b).unwrap_err();
@@ -382,19 +380,16 @@ fn nonblocking_read_and_accept_would_block() {
     assert_eq!(kind(c.peek(&mut [0u8; 8])), ErrorKind::WouldBlock);
     // Data arrives: the non-blocking read gets it.
     s.write_all(b"x").unwrap();
-    let t0 = Instant::now();
-    loop {
-        match c.read(&mut [0u8; 8]) {
-            Ok(n) => {
-                assert_eq!(n, 1);
-                break;
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock && t0.elapsed() < T => {
-                std::thread::yield_now()
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
+    // Park until it is readable (a Poller, not a yield loop), then read once.
+    let poller = Poller::new();
+    poller.add_stream(&c, 0, ready::READ).unwrap();
+    let mut ev = Vec::new();
+    assert_eq!(
+        poller.wait(&mut ev, Some(T)).unwrap(),
+        1,
+        "data never arrived"
+    );
+    assert_eq!(c.read(&mut [0u8; 8]).unwrap(), 1);
     assert_eq!(kind(c.read(&mut [0u8; 8])), ErrorKind::WouldBlock);
     st.shutdown();
 }

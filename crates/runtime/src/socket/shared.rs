@@ -237,7 +237,7 @@ impl Waitable {
 }
 
 /// Options that live with the socket handle, not in TCP.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct SockOpts {
     pub nonblocking: bool,
     pub read_timeout: Option<Duration>,

@@ -144,7 +144,7 @@ impl TcpStream {
         if got == 0 {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
         }
-        let (state, err) = self.with(|t| (t.state(), t.take_error()))?;
+        let (state, err) = self.with(|t, _| (t.state(), t.take_error()))?;
         if state.is_synchronized() {
             return Ok(());
         }
@@ -162,8 +162,18 @@ impl TcpStream {
         self.sh.key.as_u64()
     }
 
+    /// The socket's options (one lock, then a copy).
+    fn opts(&self) -> super::SockOpts {
+        *self.sh.opts.lock()
+    }
+
+    /// How long a waiting call busy-polls: `squeue_spin_us` plus SO_BUSY_POLL.
+    fn spin_with(&self, o: &super::SockOpts) -> Duration {
+        self.sq().spin() + o.busy_poll
+    }
+
     fn spin(&self) -> Duration {
-        self.sq().spin() + self.sh.opts.lock().busy_poll
+        self.spin_with(&self.opts())
     }
 
     /// Runs `f` in the connection's squeue.
@@ -178,20 +188,19 @@ impl TcpStream {
         }))
     }
 
-    /// Runs `f` on the connection's `Tcb` (and sends what that caused).
+    /// Runs `f` on the connection's `Tcb`, with the time, and sends what that caused.
     fn with<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut ember_core::tcp::Tcb) -> R + Send + 'static,
+        f: impl FnOnce(&mut ember_core::tcp::Tcb, ember_core::time::Instant) -> R + Send + 'static,
     ) -> io::Result<R> {
         let key = self.sh.key;
-        self.call(move |p, st, now| p.with_tcb(st, now, key, f))?
+        self.call(move |p, st, now| p.with_tcb(st, now, key, |t| f(t, now)))?
     }
 
-    fn recv_once(&self, buf: &mut [u8], peek: bool) -> io::Result<usize> {
+    fn recv_once(&self, buf: &mut [u8], peek: bool, spin: Duration) -> io::Result<usize> {
         closing(&self.st)?;
         let key = self.sh.key;
         let st = &*self.st;
-        let spin = self.spin();
         match self.sq().try_process_spin(
             |p: &mut Perim| p.recv(st, crate::clock::now(), key, buf, peek),
             spin,
@@ -212,11 +221,10 @@ impl TcpStream {
         }
     }
 
-    fn send_once(&self, data: &[u8], oob: bool) -> io::Result<usize> {
+    fn send_once(&self, data: &[u8], oob: bool, spin: Duration) -> io::Result<usize> {
         closing(&self.st)?;
         let key = self.sh.key;
         let st = &*self.st;
-        let spin = self.spin();
         match self.sq().try_process_spin(
             |p: &mut Perim| p.send(st, crate::clock::now(), key, data, oob),
             spin,
@@ -236,18 +244,19 @@ impl TcpStream {
         if self.sh.rd_shut.load(Ordering::SeqCst) {
             return Ok(0);
         }
-        let opts = self.sh.opts.lock().clone();
+        let opts = self.opts();
+        let spin = self.spin_with(&opts);
         let dl = deadline(opts.read_timeout);
         loop {
             if self.sh.rd_shut.load(Ordering::SeqCst) {
                 return Ok(0);
             }
-            match self.recv_once(buf, peek) {
+            match self.recv_once(buf, peek, spin) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
-                    let got =
-                        self.sh
-                            .w
-                            .wait(ready::READ | ready::ERROR | ready::HUP, dl, self.spin());
+                    let got = self
+                        .sh
+                        .w
+                        .wait(ready::READ | ready::ERROR | ready::HUP, dl, spin);
                     if got == 0 {
                         return Err(io::Error::new(io::ErrorKind::WouldBlock, "read timed out"));
                     }
@@ -261,15 +270,16 @@ impl TcpStream {
         if data.is_empty() {
             return Ok(0);
         }
-        let opts = self.sh.opts.lock().clone();
+        let opts = self.opts();
+        let spin = self.spin_with(&opts);
         let dl = deadline(opts.write_timeout);
         loop {
-            match self.send_once(data, oob) {
+            match self.send_once(data, oob, spin) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
-                    let got =
-                        self.sh
-                            .w
-                            .wait(ready::WRITE | ready::ERROR | ready::HUP, dl, self.spin());
+                    let got = self
+                        .sh
+                        .w
+                        .wait(ready::WRITE | ready::ERROR | ready::HUP, dl, spin);
                     if got == 0 {
                         return Err(io::Error::new(io::ErrorKind::WouldBlock, "write timed out"));
                     }
@@ -293,7 +303,7 @@ impl TcpStream {
     /// SIOCATMARK: is the next byte to read the last urgent byte's successor... that
     /// is, does the read position sit at the urgent mark? Reads stop at the mark.
     pub fn at_mark(&self) -> io::Result<bool> {
-        self.with(|t| t.urgent_mark() == Some(0))
+        self.with(|t, _| t.urgent_mark() == Some(0))
     }
 
     /// shutdown(2).
@@ -315,14 +325,12 @@ impl TcpStream {
 
     /// TCP_NODELAY.
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
-        self.with(move |t| t.set_nodelay(on))
+        self.with(move |t, _| t.set_nodelay(on))
     }
 
     /// TCP_CORK: hold partial segments until uncorked or `tcp_cork_interval`.
     pub fn set_cork(&self, on: bool) -> io::Result<()> {
-        let key = self.sh.key;
-        self.call(move |p, st, now| p.with_tcb(st, now, key, |t| t.set_cork(now, on)))??;
-        Ok(())
+        self.with(move |t, now| t.set_cork(now, on))
     }
 
     /// SO_LINGER: `Some(Duration::ZERO)` makes close reset the connection.
@@ -337,9 +345,7 @@ impl TcpStream {
 
     /// SO_KEEPALIVE.
     pub fn set_keepalive(&self, on: bool) -> io::Result<()> {
-        let key = self.sh.key;
-        self.call(move |p, st, now| p.with_tcb(st, now, key, |t| t.set_keepalive(now, on)))??;
-        Ok(())
+        self.with(move |t, now| t.set_keepalive(now, on))
     }
 
     /// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT.
@@ -355,17 +361,17 @@ impl TcpStream {
                 "keepalive values must be positive",
             ));
         }
-        self.with(move |t| t.set_keepalive_params(idle, intvl, probes))
+        self.with(move |t, _| t.set_keepalive_params(idle, intvl, probes))
     }
 
     /// TCP_USER_TIMEOUT.
     pub fn set_user_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.with(move |x| x.set_user_timeout(t))
+        self.with(move |x, _| x.set_user_timeout(t))
     }
 
     /// TCP_CONGESTION.
     pub fn set_congestion_control(&self, alg: CcAlgorithm) -> io::Result<()> {
-        self.with(move |t| t.set_congestion_control(alg))
+        self.with(move |t, _| t.set_congestion_control(alg))
     }
 
     /// SO_SNDBUF (clamped to `tcp_max_buf`).
@@ -373,7 +379,7 @@ impl TcpStream {
         if bytes == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer size 0"));
         }
-        self.with(move |t| t.set_send_buffer(bytes))
+        self.with(move |t, _| t.set_send_buffer(bytes))
     }
 
     /// SO_RCVBUF (clamped to `tcp_max_buf`).
@@ -381,12 +387,12 @@ impl TcpStream {
         if bytes == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer size 0"));
         }
-        self.with(move |t| t.set_recv_buffer(bytes))
+        self.with(move |t, _| t.set_recv_buffer(bytes))
     }
 
     /// IP_TOS.
     pub fn set_tos(&self, tos: u8) -> io::Result<()> {
-        self.with(move |t| t.set_tos(tos))
+        self.with(move |t, _| t.set_tos(tos))
     }
 
     /// O_NONBLOCK.
@@ -425,7 +431,7 @@ impl TcpStream {
 
     /// SO_ERROR: the pending error, cleared.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(self.with(|t| t.take_error())?.map(Into::into))
+        Ok(self.with(|t, _| t.take_error())?.map(Into::into))
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -665,7 +671,7 @@ impl TcpListener {
                     peer,
                 ));
             }
-            let opts = self.l.opts.lock().clone();
+            let opts = *self.l.opts.lock();
             if opts.nonblocking {
                 return Err(io::ErrorKind::WouldBlock.into());
             }

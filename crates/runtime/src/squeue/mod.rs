@@ -23,8 +23,8 @@
 //! Each squeue has a worker thread (bound to its CPU by the stack). The worker drains
 //! without a time limit, then *services* the perimeter (timers due, device receive queues),
 //! and parks on a condition variable until an item, a kick or the next deadline. Nothing
-//! spins on `sched_yield`: a caller waiting for a queued item's result may spin for
-//! `squeue_spin_us` (like `SO_BUSY_POLL`) and then parks.
+//! gives up its CPU in a loop: a caller waiting for a queued item's result may busy-poll
+//! for `squeue_spin_us` (like `SO_BUSY_POLL`) and then parks.
 //!
 //! # Invariants (model-checked with loom in `loom_tests`)
 //! * `busy` is set by exactly one thread at a time, under the queue lock; only that thread

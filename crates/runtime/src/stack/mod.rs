@@ -258,12 +258,15 @@ impl StackBuilder {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))?;
         }
         let p = &self.params;
+        let host_deadline = Arc::new(AtomicU64::new(u64::MAX));
         let inner = Arc::new_cyclic(|weak| {
             let start = crate::clock::now();
             let squeues = (0..n)
                 .map(|i| {
                     let mut perim = Perim::new(i, weak.clone(), start);
-                    perim.host_timers = i == 0;
+                    if i == 0 {
+                        perim.host_deadline = Some(host_deadline.clone());
+                    }
                     Squeue::new(
                         i,
                         perim,
@@ -274,12 +277,17 @@ impl StackBuilder {
                 .collect();
             StackInner {
                 params: RwLock::new(self.params.clone()),
+                hot: {
+                    let h = HotParams::default();
+                    h.refresh(&self.params);
+                    h
+                },
                 tcp_set: RwLock::new(TcpSettings::from_params(&self.params)),
                 squeues,
                 cpus: cpus.clone(),
                 classifier: Classifier::default(),
                 host: Mutex::new(host),
-                host_deadline_ns: AtomicU64::new(u64::MAX),
+                host_deadline_ns: host_deadline.clone(),
                 addrs,
                 devices,
                 isn: IsnGenerator::new(secret),
@@ -351,15 +359,35 @@ fn random_secret() -> [u8; 16] {
     (t ^ a.rotate_left(64)).to_le_bytes()
 }
 
+/// Tunables read on the data path, as atomics.
+#[derive(Debug, Default)]
+pub(crate) struct HotParams {
+    pub do_tcp_fusion: AtomicBool,
+    pub tcp_fusion_rcv_unread_min: AtomicU32,
+    pub ip_def_ttl: AtomicU32,
+}
+
+impl HotParams {
+    fn refresh(&self, p: &Params) {
+        self.do_tcp_fusion.store(p.do_tcp_fusion, Ordering::Relaxed);
+        self.tcp_fusion_rcv_unread_min
+            .store(p.tcp_fusion_rcv_unread_min, Ordering::Relaxed);
+        self.ip_def_ttl.store(p.ip_def_ttl, Ordering::Relaxed);
+    }
+}
+
 /// The state shared by a stack's squeues and sockets.
 pub struct StackInner {
     params: RwLock<Params>,
+    /// The tunables the data path reads (per write, per segment), mirrored from `params`
+    /// by `set_param` so that path never takes the params lock.
+    pub(crate) hot: HotParams,
     tcp_set: RwLock<TcpSettings>,
     pub(crate) squeues: Vec<Arc<Squeue<Perim>>>,
     cpus: Vec<usize>,
     pub(crate) classifier: Classifier,
     host: Mutex<Host>,
-    host_deadline_ns: AtomicU64,
+    host_deadline_ns: Arc<AtomicU64>,
     addrs: Vec<Ipv4Addr>,
     devices: Vec<(MacAddr, Arc<dyn Device>)>,
     pub(crate) isn: IsnGenerator,
@@ -558,13 +586,12 @@ impl StackInner {
     }
 
     /// Sends the IP layer's TCP upcalls to their squeues (segments for this squeue are
-    /// processed here). Returns whether there were any.
-    pub(crate) fn dispatch_upcalls(&self, p: &mut Perim, now: Instant) -> bool {
+    /// processed here).
+    pub(crate) fn dispatch_upcalls(&self, p: &mut Perim, now: Instant) {
         let ups: Vec<TcpUpcall> = {
             let mut h = self.host();
             std::iter::from_fn(|| h.poll_tcp_upcall()).collect()
         };
-        let any = !ups.is_empty();
         let n = self.squeues.len();
         for u in ups {
             match u {
@@ -612,7 +639,6 @@ impl StackInner {
                 }
             }
         }
-        any
     }
 
     /// A segment for a connection on squeue `sq`: enter it (inline when idle and the
@@ -759,6 +785,7 @@ impl Stack {
     pub fn set_param(&self, name: &str, value: &str) -> Result<(), ParamError> {
         let mut p = self.inner.params.write().unwrap_or_else(|e| e.into_inner());
         p.set(name, value)?;
+        self.inner.hot.refresh(&p);
         *self
             .inner
             .tcp_set

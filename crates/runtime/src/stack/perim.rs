@@ -154,8 +154,10 @@ pub(crate) struct Perim {
     /// Devices whose receive side this squeue services.
     pub rx_devs: Vec<(IfaceId, Arc<dyn crate::dev::Device>)>,
     rx_buf: Vec<Vec<u8>>,
-    /// This squeue runs the IP layer's own timers (ARP, reassembly).
-    pub host_timers: bool,
+    /// Squeue 0 runs the IP layer's own timers (ARP, reassembly): this is the IP
+    /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
+    /// reading it never touches the stack's reference count.
+    pub host_deadline: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Perim {
@@ -171,7 +173,7 @@ impl Perim {
             gone: TcbStats::default(),
             rx_devs: Vec::new(),
             rx_buf: Vec::new(),
-            host_timers: false,
+            host_deadline: None,
         }
     }
 
@@ -422,14 +424,20 @@ impl Perim {
                 bytes,
                 csum_ok: true,
             };
-            // Classify now: a segment for another squeue's connection goes there.
-            let tuple: Tuple = (remote, local);
-            match st.classifier.lookup(&tuple) {
-                Some(loc) if loc.sq != self.id => {
+            // A segment for another squeue's connection goes there (with one squeue,
+            // everything stays here and `input` classifies it).
+            let elsewhere = if st.squeues.len() > 1 {
+                let tuple: Tuple = (remote, local);
+                st.classifier.lookup(&tuple).filter(|loc| loc.sq != self.id)
+            } else {
+                None
+            };
+            match elsewhere {
+                Some(loc) => {
                     self.stats.cross_sq += 1;
                     st.to_squeue(loc.sq, loc.key.as_u64(), seg);
                 }
-                _ => self.lo.push_back(seg),
+                None => self.lo.push_back(seg),
             }
             return None;
         }
@@ -439,7 +447,7 @@ impl Perim {
             src: *local.ip(),
             dst: *remote.ip(),
             protocol: ip_proto::TCP,
-            ttl: st.params().ip_def_ttl as u8,
+            ttl: st.hot.ip_def_ttl.load(Ordering::Relaxed) as u8,
             dscp_ecn: tos,
             ident,
             dont_frag: true,
@@ -654,7 +662,7 @@ impl Perim {
         let Some(c) = self.conns.get(key) else {
             return;
         };
-        if !c.local || !st.params().do_tcp_fusion {
+        if !c.local || !st.hot.do_tcp_fusion.load(Ordering::Relaxed) {
             return;
         }
         let (l, r) = (c.tcb.local(), c.tcb.remote());
@@ -771,7 +779,7 @@ impl Perim {
         peer: Key,
         data: &[u8],
     ) -> io::Result<usize> {
-        let limit = st.params().tcp_fusion_rcv_unread_min;
+        let limit = st.hot.tcp_fusion_rcv_unread_min.load(Ordering::Relaxed);
         let Some((w, r)) = self.conns.get2_mut(key, peer) else {
             return Err(io::ErrorKind::NotConnected.into());
         };
@@ -790,29 +798,33 @@ impl Perim {
             self.publish(key);
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        match w.tcb.fused_send(now, &mut r.tcb, data) {
+        let res = w.tcb.fused_send(now, &mut r.tcb, data);
+        if let Ok(n) = res {
+            r.unread = r.unread.saturating_add(1);
+            self.stats.fusion_putnext += 1;
+            self.stats.fusion_bytes += n as u64;
+            st.probe(Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
+            st.probe(Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
+            let _ = r.tcb.take_events();
+        }
+        // The reader's buffer took less than offered, or nothing: the writer is stopped
+        // until the reader drains to the low-water mark.
+        let full = match res {
+            Ok(n) => n < data.len(),
+            Err(e) => e == TcpError::WouldBlock,
+        };
+        if full && !w.flowctl_full {
+            w.flowctl_full = true;
+            self.stats.fusion_flowctl += 1;
+            st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
+        }
+        match res {
             Ok(n) => {
-                r.unread = r.unread.saturating_add(1);
-                self.stats.fusion_putnext += 1;
-                self.stats.fusion_bytes += n as u64;
-                st.probe(Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
-                st.probe(Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
-                if n < data.len() && !w.flowctl_full {
-                    w.flowctl_full = true;
-                    self.stats.fusion_flowctl += 1;
-                    st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
-                }
-                let _ = r.tcb.take_events();
                 self.publish(peer);
                 self.publish(key);
                 Ok(n)
             }
             Err(TcpError::WouldBlock) => {
-                if !w.flowctl_full {
-                    w.flowctl_full = true;
-                    self.stats.fusion_flowctl += 1;
-                    st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
-                }
                 self.publish(key);
                 Err(io::ErrorKind::WouldBlock.into())
             }
@@ -821,6 +833,28 @@ impl Perim {
                 Err(e.into())
             }
         }
+    }
+
+    /// A fused reader's receive space changed (it read, or its buffer size changed): the
+    /// writer's window follows it. A read (`read`) resumes a writer stopped by the
+    /// unread-writes limit; a writer stopped by a full buffer resumes only at the
+    /// low-water mark, which the core signals as WRITABLE. Publishes the writer.
+    fn reader_space_changed(&mut self, reader: Key, writer: Key, read: bool) {
+        if let Some((rd, wr)) = self.conns.get2_mut(reader, writer) {
+            rd.tcb.fused_sync_window(&mut wr.tcb);
+            let ev = wr.tcb.take_events();
+            let was_stopped = wr.flowctl_rrw || wr.flowctl_full;
+            if read {
+                wr.flowctl_rrw = false;
+            }
+            if wr.flowctl_full && ev.contains(Events::WRITABLE) {
+                wr.flowctl_full = false;
+            }
+            if was_stopped && !wr.flowctl_rrw && !wr.flowctl_full {
+                self.stats.fusion_backenabled += 1;
+            }
+        }
+        self.publish(writer);
     }
 
     /// read() / peek().
@@ -862,22 +896,7 @@ impl Perim {
             if let (Ok(n), Some(peer)) = (&r, c.peer) {
                 if *n > 0 {
                     c.unread = 0;
-                    if let Some((rd, wr)) = self.conns.get2_mut(key, peer) {
-                        rd.tcb.fused_sync_window(&mut wr.tcb);
-                        // A read resets the unread count and resumes a writer stopped by
-                        // it; a writer stopped by a full buffer resumes only at the
-                        // low-water mark, which the core signals as WRITABLE.
-                        let ev = wr.tcb.take_events();
-                        let was_stopped = wr.flowctl_rrw || wr.flowctl_full;
-                        wr.flowctl_rrw = false;
-                        if wr.flowctl_full && ev.contains(Events::WRITABLE) {
-                            wr.flowctl_full = false;
-                        }
-                        if was_stopped && !wr.flowctl_full {
-                            self.stats.fusion_backenabled += 1;
-                        }
-                    }
-                    self.publish(peer);
+                    self.reader_space_changed(key, peer, true);
                     self.publish(key);
                     return r.map_err(Into::into);
                 }
@@ -934,17 +953,7 @@ impl Perim {
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
         let r = f(&mut c.tcb);
         if let Some(peer) = c.peer {
-            if let Some((rd, wr)) = self.conns.get2_mut(key, peer) {
-                rd.tcb.fused_sync_window(&mut wr.tcb);
-                let ev = wr.tcb.take_events();
-                if wr.flowctl_full && ev.contains(Events::WRITABLE) {
-                    wr.flowctl_full = false;
-                    if !wr.flowctl_rrw {
-                        self.stats.fusion_backenabled += 1;
-                    }
-                }
-            }
-            self.publish(peer);
+            self.reader_space_changed(key, peer, false);
         }
         self.flush(st, now, key);
         self.run_lo(st, now);
@@ -1116,23 +1125,27 @@ impl Perimeter for Perim {
         }
         self.fired = fired;
         // Device receive queues.
+        let mut received = false;
         for i in 0..self.rx_devs.len() {
             let (iface, dev) = self.rx_devs[i].clone();
             let mut buf = std::mem::take(&mut self.rx_buf);
             buf.clear();
             dev.poll_rx(now, &mut buf, 256);
             if !buf.is_empty() {
-                did = true;
+                received = true;
                 st.receive_frames(now, iface, &mut buf);
             }
             self.rx_buf = buf;
         }
-        if self.host_timers && st.host_timers(now) {
+        if self.host_deadline.is_some() && st.host_timers(now) {
             did = true;
         }
-        // Upcalls from the IP layer (segments from devices, ICMP errors).
-        if st.dispatch_upcalls(self, now) {
+        // Upcalls from the IP layer (segments from devices, ICMP errors): only frames
+        // produce them, so only a squeue that just took frames looks (the IP layer's
+        // lock is not taken on every drain).
+        if received {
             did = true;
+            st.dispatch_upcalls(self, now);
         }
         self.run_lo(&st, now);
         did
@@ -1145,11 +1158,11 @@ impl Perimeter for Perim {
                 d = Some(d.map_or(t, |x| x.min(t)));
             }
         }
-        if self.host_timers {
-            if let Some(st) = self.stack() {
-                if let Some(t) = st.host_deadline() {
-                    d = Some(d.map_or(t, |x| x.min(t)));
-                }
+        if let Some(h) = &self.host_deadline {
+            let t = h.load(Ordering::Relaxed);
+            if t != u64::MAX {
+                let t = Instant::from_nanos(t);
+                d = Some(d.map_or(t, |x| x.min(t)));
             }
         }
         d.map(crate::clock::to_std)
