@@ -1,10 +1,12 @@
 //! The `ember` command.
 //!
+//! * `ember bench` — the benchmark suite: ember against the kernel's sockets in one run.
 //! * `ember sim` — run TCP connections through the deterministic network simulator
 //!   (impaired in-memory links, virtual time) and check every byte.
 //! * `ember ndd` — list the tunables with their defaults, ranges and meanings, or check
 //!   a setting.
 
+mod bench;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Benchmarks: ember's variants against the kernel's sockets, in one run.
+    Bench(bench::BenchArgs),
     /// Run TCP connections through the deterministic network simulator.
     Sim(sim::SimArgs),
     /// List tunables (ndd-style), or validate NAME=VALUE settings.
@@ -35,6 +39,7 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Bench(a) => bench::main(a),
         Cmd::Sim(a) => sim::main(a),
         Cmd::Ndd { names } => ndd(&names),
     }
