@@ -135,8 +135,9 @@ pub fn progress(bench: &str, total: u64, on: bool) -> ProgressBar {
 }
 
 /// Runs every case once per round, alternating them within each round. A case whose
-/// variant is unavailable is recorded as skipped; one whose measurement fails stops
-/// there (its completed rounds are kept) and records the error.
+/// variant is unavailable, or whose measurement returns `ErrorKind::Unsupported`, is
+/// recorded as skipped; one whose measurement fails otherwise stops there (its completed
+/// rounds are kept) and records the error.
 pub fn alternate(
     bench: &str,
     cases: Vec<Case>,
@@ -177,6 +178,10 @@ pub fn alternate(
                     if !o.series.is_empty() {
                         run.series = o.series;
                     }
+                }
+                // A workload the variant has no equivalent of is reported as skipped.
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    run.skipped = Some(e.to_string())
                 }
                 Err(e) => run.error = Some(e.to_string()),
             }
@@ -478,6 +483,7 @@ mod tests {
             Case::plain(Variant::EmberFused),
             Case::plain(Variant::KernelTcp),
             Case::plain(Variant::EmberTap),
+            Case::plain(Variant::KernelUnix),
         ];
         alternate("t", cases, 3, false, |c, r| {
             let base = match c.variant {
@@ -486,6 +492,9 @@ mod tests {
             };
             if c.variant == Variant::KernelTcp && r == 2 {
                 return Err(io::Error::other("boom"));
+            }
+            if c.variant == Variant::KernelUnix {
+                return Err(io::Error::new(io::ErrorKind::Unsupported, "no such call"));
             }
             Ok(Outcome {
                 metrics: vec![("p50_us", base + r as f64), ("ops_per_s", 1e6 / base)],
@@ -501,6 +510,8 @@ mod tests {
         assert_eq!(runs[1].rounds.len(), 2);
         assert_eq!(runs[1].error.as_deref(), Some("boom"));
         assert!(runs[2].skipped.is_some());
+        assert_eq!(runs[3].skipped.as_deref(), Some("no such call"));
+        assert!(runs[3].rounds.is_empty() && runs[3].error.is_none());
         assert_eq!(runs[0].value("p50_us"), Some(3.0));
         assert_eq!(runs[1].value("p50_us"), Some(10.5));
     }
@@ -517,7 +528,7 @@ mod tests {
         assert_eq!(rep.checks[1].met, None);
         let j = rep.to_json();
         assert_eq!(j["bench"], "rr");
-        assert_eq!(j["results"].as_array().unwrap().len(), 3);
+        assert_eq!(j["results"].as_array().unwrap().len(), 4);
         assert_eq!(j["results"][1]["error"], "boom");
         assert!(j["results"][2]["skipped"].is_string());
         assert!(j["ratios"]["ember-fused/kernel-tcp"]["ops_per_s"].is_number());
