@@ -59,6 +59,8 @@ pub struct Waitable {
     /// Async tasks waiting for bits (mask, waker).
     wakers: Mutex<Vec<(u32, std::task::Waker)>>,
     has_wakers: AtomicBool,
+    /// Bits raised inside a squeue whose wake-up waits for the squeue's release.
+    pending: AtomicU32,
 }
 
 impl Default for Waitable {
@@ -73,6 +75,7 @@ impl Default for Waitable {
             has_pollers: AtomicBool::new(false),
             wakers: Mutex::new(Vec::new()),
             has_wakers: AtomicBool::new(false),
+            pending: AtomicU32::new(0),
         }
     }
 }
@@ -87,6 +90,30 @@ impl Waitable {
     pub fn set(&self, bits: u32) {
         let old = self.ready.swap(bits, Ordering::SeqCst);
         self.notify(bits & !old);
+    }
+
+    /// [`Waitable::set`] from inside a squeue: the bits are stored at once (a check of
+    /// `ready` sees them), the wake-up is left to [`Waitable::flush_pending`]. Returns
+    /// true when the caller must arrange that call (no wake-up was pending yet). Outside
+    /// a squeue it is `set`, and returns false.
+    #[cfg(not(loom))]
+    pub fn set_deferred(&self, bits: u32) -> bool {
+        let old = self.ready.swap(bits, Ordering::SeqCst);
+        let raised = bits & !old;
+        if raised == 0 {
+            return false;
+        }
+        if crate::squeue::depth() == 0 {
+            self.notify(raised);
+            return false;
+        }
+        self.pending.fetch_or(raised, Ordering::SeqCst) == 0
+    }
+
+    /// Wakes whoever waits for the bits [`Waitable::set_deferred`] raised.
+    pub fn flush_pending(&self) {
+        let raised = self.pending.swap(0, Ordering::SeqCst);
+        self.notify(raised);
     }
 
     /// Wakes waiters, async tasks and pollers interested in the `raised` bits.
@@ -262,6 +289,13 @@ pub struct ConnShared {
     pub closed: AtomicBool,
     /// shutdown(SHUT_RD): reads return end of file.
     pub rd_shut: AtomicBool,
+}
+
+#[cfg(not(loom))]
+impl crate::squeue::Deferred for ConnShared {
+    fn run_deferred(&self) {
+        self.w.flush_pending();
+    }
 }
 
 impl ConnShared {

@@ -159,6 +159,44 @@ pub fn depth() -> u32 {
     DEPTH.with(|d| d.get())
 }
 
+/// Work a thread does once it has left every squeue: the wake-ups of readiness raised
+/// while it owned one ([`defer`]).
+#[cfg(not(loom))]
+pub trait Deferred: Send + Sync {
+    /// Does the deferred work.
+    fn run_deferred(&self);
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static DEFERRED: std::cell::RefCell<Vec<std::sync::Arc<dyn Deferred>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `d` when the calling thread leaves its outermost squeue (at once outside any).
+///
+/// A socket's readiness is raised inside the squeue that processed the data, but the
+/// thread it wakes will enter that same squeue to read: woken while the squeue is still
+/// owned, it finds it busy and queues (or parks a second time). Waking it after the
+/// release lets it run inline. A squeue worker runs its deferred work between items so
+/// that a long drain does not hold wake-ups back.
+#[cfg(not(loom))]
+pub fn defer(d: std::sync::Arc<dyn Deferred>) {
+    if depth() == 0 {
+        d.run_deferred();
+        return;
+    }
+    DEFERRED.with(|v| v.borrow_mut().push(d));
+}
+
+/// Runs the work [`defer`] queued on this thread.
+#[cfg(not(loom))]
+pub fn run_deferred() {
+    while let Some(d) = DEFERRED.with(|v| v.borrow_mut().pop()) {
+        d.run_deferred();
+    }
+}
+
 /// May the calling thread run an item inline? At depth 0 (first entry) and 1 (one nested
 /// entry), not deeper.
 pub fn inline_allowed() -> bool {
@@ -183,7 +221,17 @@ impl DepthGuard {
 
 impl Drop for DepthGuard {
     fn drop(&mut self) {
-        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        let left = DEPTH.with(|d| {
+            let n = d.get().saturating_sub(1);
+            d.set(n);
+            n
+        });
+        #[cfg(not(loom))]
+        if left == 0 {
+            run_deferred();
+        }
+        #[cfg(loom)]
+        let _ = left;
     }
 }
 
@@ -568,11 +616,15 @@ impl<P: Perimeter> Squeue<P> {
                 let Some(item) = item else { break };
                 let _ = item.tag;
                 (item.work)(&mut data);
+                #[cfg(not(loom))]
+                run_deferred();
                 did = true;
             }
             if data.service(Instant::now()) {
                 did = true;
             }
+            #[cfg(not(loom))]
+            run_deferred();
             if !did {
                 break;
             }
@@ -667,6 +719,46 @@ mod tests {
     fn start(sq: &Arc<Squeue<Log>>) -> std::thread::JoinHandle<()> {
         let s = sq.clone();
         std::thread::spawn(move || s.run_worker())
+    }
+
+    /// Records whether the squeue was free when the deferred work ran.
+    struct FreeAtRun {
+        sq: Arc<Squeue<Log>>,
+        runs: AtomicUsize,
+        free: AtomicUsize,
+    }
+
+    impl Deferred for FreeAtRun {
+        fn run_deferred(&self) {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            if self.sq.try_process(|_| ()).is_ok() {
+                self.free.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn deferred_work_runs_after_the_squeue_is_released() {
+        let sq = Squeue::new(0, Log::default(), Duration::from_millis(20), Duration::ZERO);
+        let d = Arc::new(FreeAtRun {
+            sq: sq.clone(),
+            runs: AtomicUsize::new(0),
+            free: AtomicUsize::new(0),
+        });
+        // Outside any squeue: at once.
+        defer(d.clone());
+        assert_eq!(d.runs.load(Ordering::SeqCst), 1);
+        // Inside: not before the (outermost) release, and then with the squeue free.
+        let d2 = d.clone();
+        sq.try_process(move |_| {
+            defer(d2.clone());
+            defer(d2.clone());
+            assert_eq!(d2.runs.load(Ordering::SeqCst), 1);
+        })
+        .ok()
+        .expect("idle squeue runs inline");
+        assert_eq!(d.runs.load(Ordering::SeqCst), 3);
+        assert_eq!(d.free.load(Ordering::SeqCst), 3);
     }
 
     #[test]

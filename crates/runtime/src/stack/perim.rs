@@ -573,7 +573,11 @@ impl Perim {
         c.shared
             .rx_avail
             .store(c.tcb.recv_available() as u64, Ordering::Relaxed);
-        c.shared.w.set(bits);
+        // Woken when this thread leaves the squeue, so that the woken thread finds it
+        // free (see `squeue::defer`).
+        if c.shared.w.set_deferred(bits) {
+            crate::squeue::defer(c.shared.clone());
+        }
     }
 
     fn readiness(&self, c: &Conn) -> u32 {
