@@ -310,12 +310,11 @@ impl StackBuilder {
             let iface = IfaceId(i as u16);
             sq.with(move |p: &mut Perim| p.rx_devs.push((iface, dev2)));
             // Weak: the squeue owns the device (rx_devs), the device owns the waker.
-            let waker = Arc::downgrade(&sq);
-            dev.set_rx_waker(Box::new(move || {
-                if let Some(sq) = waker.upgrade() {
-                    sq.kick();
-                }
-            }));
+            let entry = Arc::new(RxEntry {
+                sq: Arc::downgrade(&sq),
+                queued: AtomicBool::new(false),
+            });
+            dev.set_rx_waker(Box::new(move || entry.wake()));
         }
         let mut handles = Vec::new();
         for (i, sq) in inner.squeues.iter().enumerate() {
@@ -729,6 +728,49 @@ fn current_cpu() -> Option<usize> {
     // preconditions; it returns -1 on failure, handled below.
     let c = unsafe { libc::sched_getcpu() };
     usize::try_from(c).ok()
+}
+
+/// A device's receive wake-up, FireEngine's interrupt entering the squeue. Called from
+/// inside a squeue (a transmit on the other end of an in-memory link, say), it runs the
+/// squeue's device service inline on the calling thread once that thread has left every
+/// squeue and released every lock (`squeue::defer`), if the squeue is idle then: no worker
+/// wake-up and no context switch between a frame's transmission and its processing.
+/// Otherwise, and when called outside any squeue (where the caller may hold the IP
+/// layer's lock), it kicks the squeue's worker.
+struct RxEntry {
+    sq: std::sync::Weak<Squeue<Perim>>,
+    /// Deferred on some thread already (that thread's service will see this frame).
+    queued: AtomicBool,
+}
+
+impl RxEntry {
+    fn wake(self: &Arc<Self>) {
+        if crate::squeue::depth() == 0 {
+            if let Some(sq) = self.sq.upgrade() {
+                sq.kick();
+            }
+            return;
+        }
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            crate::squeue::defer(self.clone());
+        }
+    }
+}
+
+impl crate::squeue::Deferred for RxEntry {
+    fn run_deferred(&self) {
+        self.queued.store(false, Ordering::Release);
+        let Some(sq) = self.sq.upgrade() else {
+            return;
+        };
+        let ran = sq.try_process(|p: &mut Perim| {
+            use crate::squeue::Perimeter;
+            p.service(std::time::Instant::now());
+        });
+        if ran.is_err() {
+            sq.kick();
+        }
+    }
 }
 
 /// A running stack. Cloning gives another handle to the same stack; the stack stops
