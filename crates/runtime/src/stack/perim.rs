@@ -45,6 +45,10 @@ use std::sync::{Arc, Weak};
 /// Loopback segments one entry processes before it queues the rest on its own squeue.
 const LO_BUDGET: usize = 4096;
 
+/// Room in front of a TCP segment bound for a device: the Ethernet header (the IP
+/// layer's headroom) and the IP header.
+const FRAME_FRONT: usize = HEADROOM + IPV4_HEADER_LEN;
+
 /// One connection in its squeue.
 pub(crate) struct Conn {
     pub tcb: Tcb,
@@ -295,7 +299,7 @@ impl Perim {
         self.stats.out_rsts_noconn += 1;
         let mut bytes = vec![0u8; r.header_len()];
         r.emit_header(&mut bytes);
-        self.output(st, now, None, local, remote, 0, bytes);
+        self.output(st, now, None, local, remote, 0, bytes, 0);
     }
 
     /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue.
@@ -384,11 +388,19 @@ impl Perim {
             };
             let hl = out.repr.header_len();
             let n = out.payload_len();
-            let mut bytes = vec![0u8; hl + n];
-            out.repr.emit_header(&mut bytes[..hl]);
-            out.copy_payload(&mut bytes[hl..]);
+            // A segment for a device is built where the frame will carry it, behind room
+            // for the Ethernet and IP headers: one buffer and one payload copy per
+            // segment (a loopback segment carries no headers).
+            let front = if st.is_local_addr(*remote.ip()) {
+                0
+            } else {
+                FRAME_FRONT
+            };
+            let mut bytes = vec![0u8; front + hl + n];
+            out.repr.emit_header(&mut bytes[front..front + hl]);
+            out.copy_payload(&mut bytes[front + hl..]);
             st.probe(Probe::TcpSend, local, remote, n);
-            let learned = self.output(st, now, hop, local, remote, tos, bytes);
+            let learned = self.output(st, now, hop, local, remote, tos, bytes, front);
             if let (Some(h), Some(c)) = (learned, self.conns.get_mut(key)) {
                 c.hop = Some(h);
             }
@@ -408,14 +420,23 @@ impl Perim {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         tos: u8,
-        bytes: Vec<u8>,
+        mut bytes: Vec<u8>,
+        front: usize,
     ) -> Option<(IfaceId, MacAddr)> {
+        if front != 0 && front != FRAME_FRONT {
+            // Only the two layouts exist; anything else is a caller's bug: drop.
+            debug_assert!(false, "segment with {front} bytes in front");
+            return None;
+        }
         if st.filtered(ip_proto::TCP, local, remote) {
             self.stats.filtered += 1;
             return None;
         }
-        st.probe(Probe::IpSend, local, remote, bytes.len());
+        st.probe(Probe::IpSend, local, remote, bytes.len() - front);
         if st.is_local_addr(*remote.ip()) {
+            if front != 0 {
+                bytes.drain(..front);
+            }
             self.stats.lo_segs += 1;
             self.stats.ip_lo_out += 1;
             let seg = Seg {
@@ -453,11 +474,16 @@ impl Perim {
             dont_frag: true,
             more_frags: false,
             frag_offset: 0,
-            payload_len: bytes.len() as u16,
+            payload_len: (bytes.len() - front) as u16,
         };
-        let mut f = vec![0u8; HEADROOM + IPV4_HEADER_LEN + bytes.len()];
+        let mut f = if front == FRAME_FRONT {
+            bytes
+        } else {
+            let mut f = vec![0u8; FRAME_FRONT + bytes.len()];
+            f[FRAME_FRONT..].copy_from_slice(&bytes);
+            f
+        };
         ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
-        f[HEADROOM + IPV4_HEADER_LEN..].copy_from_slice(&bytes);
         TcpRepr::fill_checksum(
             &mut f[HEADROOM + IPV4_HEADER_LEN..],
             *local.ip(),
