@@ -231,6 +231,13 @@ impl Env {
         self.addr
     }
 
+    /// The Unix socket path of a `kernel-unix` environment (`None` for the others), for
+    /// a bench that connects with its own calls (`libmicro` times `socket()` apart from
+    /// `connect()`).
+    pub fn unix_path(&self) -> Option<&std::path::Path> {
+        self.unix_path.as_deref()
+    }
+
     /// Opens the server's listening socket. For `kernel-tcp` this fixes the port.
     pub fn listen(&mut self) -> io::Result<Listener> {
         match self.variant {
@@ -582,6 +589,16 @@ mod tests {
             assert_eq!(Variant::parse(v.name()), Some(v));
         }
         assert_eq!(Variant::parse("ember"), None);
+    }
+
+    #[test]
+    fn unix_path_is_the_listeners_path_and_only_for_kernel_unix() {
+        let mut env = Env::new(Variant::KernelUnix, &EnvConfig::default()).unwrap();
+        let p = env.unix_path().unwrap().to_path_buf();
+        let _l = env.listen().unwrap();
+        assert!(UnixStream::connect(&p).is_ok());
+        let tcp = Env::new(Variant::KernelTcp, &EnvConfig::default()).unwrap();
+        assert!(tcp.unix_path().is_none());
     }
 
     #[test]

@@ -2,5 +2,8 @@
 //! every variant the bench lists.
 
 pub mod crr;
+pub(crate) mod ksock;
+pub mod libmicro;
 pub mod rr;
+pub mod scale;
 pub mod stream;
