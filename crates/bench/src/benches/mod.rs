@@ -2,5 +2,7 @@
 //! every variant the bench lists.
 
 pub mod crr;
+pub mod nagle;
 pub mod rr;
+pub mod slowreader;
 pub mod stream;
