@@ -112,7 +112,15 @@ impl Opts {
 }
 
 /// The benches, in the order `all` runs them.
-pub const BENCHES: &[&str] = &["rr", "stream", "crr", "libmicro", "scale"];
+pub const BENCHES: &[&str] = &[
+    "rr",
+    "stream",
+    "crr",
+    "nagle",
+    "slowreader",
+    "libmicro",
+    "scale",
+];
 
 /// Runs one bench by name, or every bench (`all`, always with quick sizes).
 pub fn run(name: &str, opts: &Opts) -> io::Result<Vec<Report>> {
@@ -132,6 +140,8 @@ fn run_one(name: &str, o: &Opts) -> io::Result<Report> {
         "rr" => benches::rr::run(o),
         "stream" => benches::stream::run(o),
         "crr" => benches::crr::run(o),
+        "nagle" => benches::nagle::run(o),
+        "slowreader" => benches::slowreader::run(o),
         "libmicro" => benches::libmicro::run(o),
         "scale" => benches::scale::run(o),
         _ => Err(io::Error::new(

@@ -439,13 +439,16 @@ impl Report {
     }
 }
 
-/// A JSON number rounded to 4 significant digits (NaN and infinities become null).
+/// A JSON number rounded to 4 significant digits, but never coarser than a whole number
+/// (counts and byte sizes stay exact); NaN and infinities become null.
 fn num(x: f64) -> Value {
     if !x.is_finite() {
         return Value::Null;
     }
     let r = if x == 0.0 {
         0.0
+    } else if x.abs() >= 1000.0 {
+        x.round()
     } else {
         let mag = x.abs().log10().floor() as i32;
         let scale = 10f64.powi(3 - mag);
@@ -542,6 +545,7 @@ mod tests {
     #[test]
     fn numbers_are_rounded_for_json_and_tables() {
         assert_eq!(num(1234.5678), json!(1235.0));
+        assert_eq!(num(1048576.0), json!(1048576.0));
         assert_eq!(num(0.0123456), json!(0.01235));
         assert_eq!(num(f64::NAN), Value::Null);
         assert_eq!(fmt_num(12345.6), "12346");

@@ -4,6 +4,8 @@
 pub mod crr;
 pub(crate) mod ksock;
 pub mod libmicro;
+pub mod nagle;
 pub mod rr;
 pub mod scale;
+pub mod slowreader;
 pub mod stream;
