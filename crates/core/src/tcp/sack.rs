@@ -60,11 +60,13 @@ pub struct Scoreboard {
 impl Scoreboard {
     /// An empty scoreboard holding at most `max_ranges` ranges (clamped to
     /// `1..=MAX_RANGES_LIMIT`; 64 is plenty in practice since an ACK carries at most 4
-    /// blocks). Its memory is allocated here, once.
+    /// blocks). Its memory is allocated once, when the first range is recorded: most
+    /// connections (every fused one, every one without loss) never record one, and an
+    /// idle connection should cost little memory.
     pub fn new(max_ranges: usize) -> Self {
         let max_ranges = max_ranges.clamp(1, MAX_RANGES_LIMIT);
         Scoreboard {
-            ranges: Vec::with_capacity(max_ranges + 1),
+            ranges: Vec::new(),
             max_ranges,
             sacked: 0,
         }
@@ -330,6 +332,9 @@ impl Scoreboard {
         let added = (hi - lo) - covered;
         let merged = (snd_una + nlo, snd_una + nhi);
         if j == i {
+            if self.ranges.capacity() == 0 {
+                self.ranges.reserve_exact(self.max_ranges + 1);
+            }
             self.ranges.insert(i, merged);
         } else {
             self.ranges[i] = merged;
@@ -748,7 +753,10 @@ mod tests {
         let mut sb = Scoreboard::new(64);
         let una = s(1);
         let max = una + 1_000_000;
+        assert_eq!(sb.ranges.capacity(), 0, "nothing allocated before a SACK");
+        sb.update(una, max, &[(una + 10, una + 20)]);
         let cap = sb.ranges.capacity();
+        assert!(cap >= 65);
         // Thousands of disjoint one-octet blocks, in random-ish order.
         let mut x = 12345u32;
         for _ in 0..5000 {
