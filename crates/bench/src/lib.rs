@@ -112,7 +112,7 @@ impl Opts {
 }
 
 /// The benches, in the order `all` runs them.
-pub const BENCHES: &[&str] = &["rr", "stream", "crr"];
+pub const BENCHES: &[&str] = &["rr", "stream", "crr", "lsofin", "starvation"];
 
 /// Runs one bench by name, or every bench (`all`, always with quick sizes).
 pub fn run(name: &str, opts: &Opts) -> io::Result<Vec<Report>> {
@@ -132,6 +132,8 @@ fn run_one(name: &str, o: &Opts) -> io::Result<Report> {
         "rr" => benches::rr::run(o),
         "stream" => benches::stream::run(o),
         "crr" => benches::crr::run(o),
+        "lsofin" => benches::lsofin::run(o),
+        "starvation" => benches::starvation::run(o),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("no bench named {name:?}; the benches are {BENCHES:?} and all"),

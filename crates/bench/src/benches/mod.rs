@@ -2,5 +2,7 @@
 //! every variant the bench lists.
 
 pub mod crr;
+pub mod lsofin;
 pub mod rr;
+pub mod starvation;
 pub mod stream;
