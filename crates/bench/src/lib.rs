@@ -118,6 +118,8 @@ pub const BENCHES: &[&str] = &[
     "crr",
     "nagle",
     "slowreader",
+    "lsofin",
+    "starvation",
     "libmicro",
     "scale",
 ];
@@ -144,6 +146,8 @@ fn run_one(name: &str, o: &Opts) -> io::Result<Report> {
         "slowreader" => benches::slowreader::run(o),
         "libmicro" => benches::libmicro::run(o),
         "scale" => benches::scale::run(o),
+        "lsofin" => benches::lsofin::run(o),
+        "starvation" => benches::starvation::run(o),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("no bench named {name:?}; the benches are {BENCHES:?} and all"),

@@ -4,8 +4,10 @@
 pub mod crr;
 pub(crate) mod ksock;
 pub mod libmicro;
+pub mod lsofin;
 pub mod nagle;
 pub mod rr;
 pub mod scale;
 pub mod slowreader;
+pub mod starvation;
 pub mod stream;
