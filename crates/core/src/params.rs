@@ -240,7 +240,7 @@ tunables! {
     arp_max_retries: u32 = 3, 1, 100, "requests", "ARP requests before an address is declared unreachable";
     arp_pending_max: u32 = 64, 1, 4096, "packets", "packets queued per address awaiting ARP resolution";
     squeue_drain_ms: u32 = 20, 0, 1000, "ms", "time a non-worker thread may spend draining a squeue";
-    squeue_spin_us: u32 = 0, 0, 100_000, "us", "time a thread spins before parking (like SO_BUSY_POLL)";
+    squeue_spin_us: u32 = 20, 0, 100_000, "us", "time a thread spins before parking (like SO_BUSY_POLL)";
 }
 
 impl Params {

@@ -5,8 +5,8 @@
 //!
 //! Run: `cargo run --release -p ember-runtime --example rr -- [ROUND_TRIPS] [SPIN_US]`
 //!
-//! `SPIN_US` (default 0) sets `squeue_spin_us` and each socket's busy-poll time: a waiting
-//! reader spins that long before parking. On a virtual machine whose idle CPUs take tens
+//! `SPIN_US` (default: the stack's `squeue_spin_us`, 20) sets `squeue_spin_us` and each
+//! socket's busy-poll time: a waiting reader spins that long before parking. On a virtual machine whose idle CPUs take tens
 //! of microseconds to wake, this is the difference between a context switch and a wake-up.
 
 use ember_runtime::dev::{mem_link, ImpairConfig};
@@ -95,7 +95,9 @@ fn main() {
     let spin_us: u64 = std::env::args()
         .nth(2)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(0);
+        .unwrap_or(u64::from(
+            ember_core::params::Params::default().squeue_spin_us,
+        ));
     let spin = Duration::from_micros(spin_us);
     let spin_s = spin_us.to_string();
     let stack = |fusion: &str| {

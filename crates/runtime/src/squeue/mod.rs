@@ -353,6 +353,7 @@ impl<P: Perimeter> Squeue<P> {
     ) -> Result<R, F> {
         let mut f = f;
         let mut t0: Option<Instant> = None;
+        let mut backoff = 16u32;
         loop {
             match self.try_process(f) {
                 Ok(r) => return Ok(r),
@@ -365,7 +366,12 @@ impl<P: Perimeter> Squeue<P> {
             if start.elapsed() >= spin {
                 return Err(f);
             }
-            core::hint::spin_loop();
+            // Back off before asking again: every attempt takes the queue lock, which the
+            // owner needs to release the squeue.
+            for _ in 0..backoff {
+                core::hint::spin_loop();
+            }
+            backoff = (backoff * 2).min(1024);
         }
     }
 
