@@ -76,8 +76,19 @@ struct Queue<P> {
     kicked: bool,
     /// The perimeter's next deadline, as last published by an owner.
     deadline: Option<Instant>,
+    /// While the worker is parked: the latest instant it will wake by itself (`None`:
+    /// only when notified). A deadline that moves earlier needs a wake-up only if it
+    /// falls before this.
+    parked_until: Option<Instant>,
     shutdown: bool,
 }
+
+/// The longest a worker with timers armed sleeps before it looks at its deadline again.
+/// Sleeping at most this long means that a new deadline further away than this never
+/// needs a wake-up (a connection's first RTO, its delayed ACK, its TIME_WAIT: most
+/// deadlines are tens of milliseconds away or more), at the cost of a worker wake-up per
+/// tick while timers are armed.
+const WORKER_TICK: Duration = Duration::from_millis(10);
 
 /// Squeue counters (kstat `squeue:<id>`), per squeue and summed when read.
 #[derive(Debug, Default)]
@@ -284,6 +295,7 @@ impl<P: Perimeter> Squeue<P> {
                 parked: false,
                 kicked: false,
                 deadline: None,
+                parked_until: None,
                 shutdown: false,
             }),
             wake: Condvar::new(),
@@ -456,8 +468,10 @@ impl<P: Perimeter> Squeue<P> {
             q = self.q.lock();
         }
         q.busy = false;
-        let earlier = match (next, q.deadline) {
-            (Some(n), Some(d)) => n < d,
+        // The parked worker wakes by itself at `parked_until`: only a deadline before
+        // that needs a notification.
+        let earlier = match (next, q.parked_until) {
+            (Some(n), Some(until)) => n < until,
             (Some(_), None) => true,
             _ => false,
         };
@@ -593,11 +607,18 @@ impl<P: Perimeter> Squeue<P> {
             q.parked = true;
             q = match q.deadline {
                 Some(d) => {
-                    let wait = d.saturating_duration_since(Instant::now());
-                    self.wake
-                        .wait_timeout(q, wait.max(Duration::from_micros(50)))
+                    let now = Instant::now();
+                    let wait = d
+                        .saturating_duration_since(now)
+                        .min(WORKER_TICK)
+                        .max(Duration::from_micros(50));
+                    q.parked_until = Some(now + wait);
+                    self.wake.wait_timeout(q, wait)
                 }
-                None => self.wake.wait(q),
+                None => {
+                    q.parked_until = None;
+                    self.wake.wait(q)
+                }
             };
             q.parked = false;
             self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
@@ -890,6 +911,56 @@ mod tests {
         }
         assert!(Instant::now() >= t);
         fired.store(1, Ordering::Relaxed);
+        sq.shutdown();
+        w.join().unwrap();
+    }
+
+    /// A deadline armed while the worker sleeps on a later one: earlier than the
+    /// worker's self-chosen wake-up (it is notified) and later than it (it is not, and
+    /// finds it at its next tick). Both fire on time, and far-away deadlines do not cost
+    /// a wake-up each.
+    #[test]
+    fn deadlines_armed_while_the_worker_sleeps_fire_on_time() {
+        let sq = Squeue::new(0, Log::default(), Duration::from_millis(20), Duration::ZERO);
+        let w = start(&sq);
+        let now = Instant::now();
+        let far = now + Duration::from_secs(30);
+        sq.enter(Mode::Process, 0, move |p: &mut Log| p.timers.push(far));
+        std::thread::sleep(Duration::from_millis(30));
+        let woke = sq.stats().wakeups.load(Ordering::Relaxed);
+        // Twenty deadlines, each earlier than the last but all beyond the tick: no
+        // notification is needed for any of them.
+        let base = Instant::now() + Duration::from_millis(200);
+        let t0 = Instant::now();
+        for i in 0..20u64 {
+            let t = base - Duration::from_millis(i);
+            sq.enter(Mode::Process, 0, move |p: &mut Log| p.timers.push(t));
+            // Time for a woken worker to park again.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let woke_after = sq.stats().wakeups.load(Ordering::Relaxed);
+        // The worker ticks meanwhile (about every WORKER_TICK), but is not woken per
+        // deadline.
+        let ticks = (t0.elapsed().as_millis() / WORKER_TICK.as_millis()) as u64;
+        assert!(
+            woke_after - woke <= ticks + 3,
+            "{} wake-ups in {} ticks",
+            woke_after - woke,
+            ticks
+        );
+        let soon = Instant::now() + Duration::from_millis(3);
+        sq.enter(Mode::Process, 0, move |p: &mut Log| p.timers.push(soon));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = sq.with(|p: &mut Log| p.fired);
+            if f == 21 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "timers never fired ({f})");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // All but the far one fired, none before its time (service fires only due ones).
+        assert!(Instant::now() >= base);
         sq.shutdown();
         w.join().unwrap();
     }
