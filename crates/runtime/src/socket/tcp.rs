@@ -144,6 +144,11 @@ impl TcpStream {
         if got == 0 {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
         }
+        // CONNECTED without ERROR or HUP is published only for a synchronized state: no
+        // need to enter the squeue to ask (the common case).
+        if got & (ready::ERROR | ready::HUP) == 0 && got & ready::CONNECTED != 0 {
+            return Ok(());
+        }
         let (state, err) = self.with(|t, _| (t.state(), t.take_error()))?;
         if state.is_synchronized() {
             return Ok(());
