@@ -61,6 +61,9 @@ pub struct Waitable {
     has_wakers: AtomicBool,
     /// Bits raised inside a squeue whose wake-up waits for the squeue's release.
     pending: AtomicU32,
+    /// The CPU of the thread that last raised a readiness bit (a waiter spins only if it
+    /// is another one: see `sync::spin_may_help`).
+    setter_cpu: AtomicU32,
 }
 
 impl Default for Waitable {
@@ -76,6 +79,7 @@ impl Default for Waitable {
             wakers: Mutex::new(Vec::new()),
             has_wakers: AtomicBool::new(false),
             pending: AtomicU32::new(0),
+            setter_cpu: AtomicU32::new(u32::MAX),
         }
     }
 }
@@ -89,6 +93,7 @@ impl Waitable {
     /// Replaces the readiness bits; wakes waiters and pollers if a bit was raised.
     pub fn set(&self, bits: u32) {
         let old = self.ready.swap(bits, Ordering::SeqCst);
+        self.note_setter(bits & !old);
         self.notify(bits & !old);
     }
 
@@ -100,6 +105,7 @@ impl Waitable {
     pub fn set_deferred(&self, bits: u32) -> bool {
         let old = self.ready.swap(bits, Ordering::SeqCst);
         let raised = bits & !old;
+        self.note_setter(raised);
         if raised == 0 {
             return false;
         }
@@ -108,6 +114,18 @@ impl Waitable {
             return false;
         }
         self.pending.fetch_or(raised, Ordering::SeqCst) == 0
+    }
+
+    /// Remembers the CPU of a thread that raised bits (the producer a waiter waits for;
+    /// a thread lowering bits after consuming, typically the waiter itself, is not one).
+    fn note_setter(&self, raised: u32) {
+        if raised == 0 {
+            return;
+        }
+        let c = crate::sync::current_cpu();
+        if self.setter_cpu.load(Ordering::Relaxed) != c {
+            self.setter_cpu.store(c, Ordering::Relaxed);
+        }
     }
 
     /// Wakes whoever waits for the bits [`Waitable::set_deferred`] raised.
@@ -171,6 +189,7 @@ impl Waitable {
     /// Raises `bits` (keeps the others), atomically: a concurrent `set` is never undone.
     pub fn raise(&self, bits: u32) {
         let old = self.ready.fetch_or(bits, Ordering::SeqCst);
+        self.note_setter(bits & !old);
         self.notify(bits & !old);
     }
 
@@ -214,7 +233,7 @@ impl Waitable {
         if now != 0 {
             return now;
         }
-        if !spin.is_zero() {
+        if !spin.is_zero() && crate::sync::spin_may_help(self.setter_cpu.load(Ordering::Relaxed)) {
             let t0 = Instant::now();
             while t0.elapsed() < spin {
                 let r = self.ready() & mask;

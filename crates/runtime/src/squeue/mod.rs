@@ -36,7 +36,7 @@
 
 pub mod wheel;
 
-use crate::sync::{thread_local, Arc, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{thread_local, Arc, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -259,6 +259,9 @@ pub struct Squeue<P> {
     drain_limit_ns: AtomicU64,
     /// `squeue_spin_us` in nanoseconds.
     spin_ns: AtomicU64,
+    /// The CPU of the thread that last took ownership (a caller spins for ownership, or
+    /// for its queued item's result, only if it is another one: `sync::spin_may_help`).
+    owner_cpu: AtomicU32,
 }
 
 impl<P> core::fmt::Debug for Squeue<P> {
@@ -305,6 +308,7 @@ impl<P: Perimeter> Squeue<P> {
             stats: SqStats::default(),
             drain_limit_ns: AtomicU64::new(duration_ns(drain_limit)),
             spin_ns: AtomicU64::new(duration_ns(spin)),
+            owner_cpu: AtomicU32::new(u32::MAX),
         })
     }
 
@@ -373,7 +377,10 @@ impl<P: Perimeter> Squeue<P> {
                 Ok(r) => return Ok(r),
                 Err(back) => f = back,
             }
-            if spin.is_zero() || !inline_allowed() {
+            if spin.is_zero()
+                || !inline_allowed()
+                || !crate::sync::spin_may_help(self.owner_cpu.load(Ordering::Relaxed))
+            {
                 return Err(f);
             }
             let start = *t0.get_or_insert_with(Instant::now);
@@ -459,6 +466,10 @@ impl<P: Perimeter> Squeue<P> {
 
     /// The perimeter, by the thread that set `busy`.
     fn own_data(&self) -> crate::sync::MutexGuard<'_, P> {
+        let c = crate::sync::current_cpu();
+        if self.owner_cpu.load(Ordering::Relaxed) != c {
+            self.owner_cpu.store(c, Ordering::Relaxed);
+        }
         // `busy` guarantees nobody else holds it; `lock` is only the fallback that keeps
         // a logic error from becoming unsafety.
         self.data.try_lock().unwrap_or_else(|| self.data.lock())
@@ -564,7 +575,12 @@ impl<P: Perimeter> Squeue<P> {
         if owned {
             self.try_process_owned(|_| ());
         }
-        done.take(self.spin())
+        let spin = if crate::sync::spin_may_help(self.owner_cpu.load(Ordering::Relaxed)) {
+            self.spin()
+        } else {
+            Duration::ZERO
+        };
+        done.take(spin)
     }
 
     /// Asks the worker to service the perimeter (a device has frames, a timer was armed
