@@ -1017,6 +1017,7 @@ impl Stack {
             ("worker_drains", q.worker_drains),
             ("wakeups", q.wakeups),
             ("poll_switches", q.poll_switches),
+            ("kicks_by_caller", q.kicks_by_caller),
             ("drain_ns", q.drain_ns),
         ] {
             v.push((format!("squeue:{k}"), x));
