@@ -39,6 +39,7 @@
 //! - `max_queued_bytes`: the largest receive queue the reader saw.
 //! - `reader_mb_per_s`: bytes read per second (10^6 bytes), first byte to end of file.
 //! - `read_ns_per_msg`: the reader's time in read calls (that found data) per message.
+//! - `cpu_us_per_op`: process CPU per message, the reader's deliberate busy work included.
 //! - `slow_factor`, `write_ns_cal`, `write_ns_p50`, `messages` (written in the run, after
 //!   the 512 calibration messages), and for ember `recv_hiwat` (the stack's
 //!   `tcp_recv_hiwat`, the receive buffer the reader has: it sets no SO_RCVBUF).
@@ -436,6 +437,7 @@ pub fn measure(
     let flowctl0 = stat("fusion:tcp_fusion_flowctl");
     let rrw0 = stat("fusion:tcp_fusion_rrw_stops");
     let deadline = Instant::now() + limit;
+    let cpu0 = crate::measure::cpu_time();
     let rd = std::thread::spawn(move || slow_read(reader, t_w, start, deadline + GRACE));
     let w = fast_write(&mut writer, start, count, deadline);
     let flowctl = stat("fusion:tcp_fusion_flowctl") - flowctl0;
@@ -452,6 +454,7 @@ pub fn measure(
     let r = rd
         .join()
         .map_err(|_| io::Error::other("reader panicked"))??;
+    let cpu = (crate::measure::cpu_time() - cpu0).as_secs_f64();
     drop(writer);
     if r.bytes != w.bytes {
         return Err(io::Error::other(format!(
@@ -479,6 +482,8 @@ pub fn measure(
         ("write_ns_cal", t_w as f64),
         ("write_ns_p50", w.p50_ns as f64),
         ("messages", msgs),
+        // Both threads, the reader's deliberate busy work included.
+        ("cpu_us_per_op", cpu * 1e6 / msgs),
     ];
     if let Some(h) = hiwat {
         m.insert(1, ("unread_stops", rrw as f64));

@@ -86,7 +86,20 @@ pub fn run(o: &Opts) -> io::Result<Report> {
         o.progress,
         |c, _| {
             let mut env = Env::new(c.variant, &cfg)?;
-            scenario(&mut env, phase, phase)
+            let cpu0 = crate::measure::cpu_time();
+            let mut o = scenario(&mut env, phase, phase)?;
+            // Process CPU over both phases (probes, echo, bulk) per bulk megabyte.
+            let cpu = (crate::measure::cpu_time() - cpu0).as_secs_f64();
+            let mbit = o
+                .metrics
+                .iter()
+                .find(|(n, _)| *n == "bulk_mbit_per_s")
+                .map_or(0.0, |(_, v)| *v);
+            let mb = mbit * phase.as_secs_f64() / 8.0;
+            if mb > 0.0 {
+                o.metrics.push(("cpu_us_per_mb", cpu * 1e6 / mb));
+            }
+            Ok(o)
         },
     );
     let mut params = Map::new();
