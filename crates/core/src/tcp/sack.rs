@@ -10,7 +10,7 @@
 //! * ranges are sorted in sequence order, non-empty, disjoint and separated by at least one
 //!   unSACKed octet; after `update(snd_una, snd_max, ..)` they all lie in
 //!   `[snd_una, snd_max)`, and `advance(snd_una)` drops or trims what lies below `snd_una`;
-//! * at most `max_ranges` ranges are stored (memory is allocated once, up front); when a
+//! * at most `max_ranges` ranges are stored (memory is allocated once, at the first range); when a
 //!   new range would exceed that, the highest ranges are forgotten. Forgetting SACK
 //!   information is always safe: the sender never discards data because it was SACKed
 //!   (RFC 2018 §8), it may only retransmit more than necessary;

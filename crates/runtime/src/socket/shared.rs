@@ -99,7 +99,8 @@ impl Waitable {
 
     /// [`Waitable::set`] from inside a squeue: the bits are stored at once (a check of
     /// `ready` sees them), the wake-up is left to [`Waitable::flush_pending`]. Returns
-    /// true when the caller must arrange that call (no wake-up was pending yet). Outside
+    /// true when the caller must arrange that call on its own way out (every thread that
+    /// raises a bit does: a wake-up never waits for another thread's release). Outside
     /// a squeue it is `set`, and returns false.
     #[cfg(not(loom))]
     pub fn set_deferred(&self, bits: u32) -> bool {
@@ -113,7 +114,8 @@ impl Waitable {
             self.notify(raised);
             return false;
         }
-        self.pending.fetch_or(raised, Ordering::SeqCst) == 0
+        self.pending.fetch_or(raised, Ordering::SeqCst);
+        true
     }
 
     /// Remembers the CPU of a thread that raised bits (the producer a waiter waits for;

@@ -83,6 +83,10 @@ struct Queue<P> {
     shutdown: bool,
 }
 
+/// How long a caller's drain of others' items may hold the wake-ups it raised before it
+/// runs them between items.
+const DEFER_FLUSH_AFTER: Duration = Duration::from_micros(200);
+
 /// The longest a worker with timers armed sleeps before it looks at its deadline again.
 /// Sleeping at most this long means that a new deadline further away than this never
 /// needs a wake-up (a connection's first RTO, its delayed ACK, its TIME_WAIT: most
@@ -187,32 +191,88 @@ pub trait Deferred: Send + Sync {
 
 #[cfg(not(loom))]
 std::thread_local! {
-    static DEFERRED: std::cell::RefCell<Vec<std::sync::Arc<dyn Deferred>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static DEFERRED: std::cell::RefCell<std::collections::VecDeque<std::sync::Arc<dyn Deferred>>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    /// `run_deferred` is running on this thread (work it runs that defers more work
+    /// appends to the same queue instead of recursing).
+    static RUNNING: Cell<bool> = const { Cell::new(false) };
+    /// Inline receive services run by the current (outermost) `run_deferred`.
+    static INLINE_BUDGET_USED: Cell<u32> = const { Cell::new(0) };
 }
+
+/// How many device services one thread runs inline for others on its way out of its
+/// squeues (two stacks on a link can bounce frames between them; past this, the
+/// receiving squeues' workers take over).
+#[cfg(not(loom))]
+pub const INLINE_SERVICE_BUDGET: u32 = 64;
 
 /// Runs `d` when the calling thread leaves its outermost squeue (at once outside any).
 ///
 /// A socket's readiness is raised inside the squeue that processed the data, but the
 /// thread it wakes will enter that same squeue to read: woken while the squeue is still
 /// owned, it finds it busy and queues (or parks a second time). Waking it after the
-/// release lets it run inline. A squeue worker runs its deferred work between items so
-/// that a long drain does not hold wake-ups back.
+/// release lets it run inline. A squeue worker, and a caller draining others' items, run
+/// their deferred work between items so that a long drain does not hold wake-ups back.
+/// The same work deferred twice on one thread runs once. While the thread's local
+/// storage is being torn down (a socket dropped by a thread-local destructor) the work
+/// runs at once.
 #[cfg(not(loom))]
 pub fn defer(d: std::sync::Arc<dyn Deferred>) {
     if depth() == 0 {
         d.run_deferred();
         return;
     }
-    DEFERRED.with(|v| v.borrow_mut().push(d));
-}
-
-/// Runs the work [`defer`] queued on this thread.
-#[cfg(not(loom))]
-pub fn run_deferred() {
-    while let Some(d) = DEFERRED.with(|v| v.borrow_mut().pop()) {
+    let queued = DEFERRED.try_with(|v| {
+        let mut v = v.borrow_mut();
+        if !v.iter().any(|x| std::sync::Arc::ptr_eq(x, &d)) {
+            v.push_back(d.clone());
+        }
+    });
+    if queued.is_err() {
         d.run_deferred();
     }
+}
+
+/// Runs the work [`defer`] queued on this thread, first in first out. Not re-entrant:
+/// called from inside deferred work (which entered and left a squeue), it returns and
+/// the outer call runs what was added.
+#[cfg(not(loom))]
+pub fn run_deferred() {
+    if RUNNING.try_with(|r| r.replace(true)).unwrap_or(true) {
+        return;
+    }
+    let _ = INLINE_BUDGET_USED.try_with(|b| b.set(0));
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            let _ = RUNNING.try_with(|r| r.set(false));
+        }
+    }
+    let _done = Done;
+    while let Some(d) = DEFERRED
+        .try_with(|v| v.borrow_mut().pop_front())
+        .ok()
+        .flatten()
+    {
+        d.run_deferred();
+    }
+}
+
+/// Takes one unit of the calling thread's inline service budget (see
+/// [`INLINE_SERVICE_BUDGET`]); false when it is spent.
+#[cfg(not(loom))]
+pub fn take_inline_service() -> bool {
+    INLINE_BUDGET_USED
+        .try_with(|b| {
+            let used = b.get();
+            if used >= INLINE_SERVICE_BUDGET {
+                false
+            } else {
+                b.set(used + 1);
+                true
+            }
+        })
+        .unwrap_or(false)
 }
 
 /// May the calling thread run an item inline? At depth 0 (first entry) and 1 (one nested
@@ -426,7 +486,14 @@ impl<P: Perimeter> Squeue<P> {
             let start = *t0.get_or_insert_with(Instant::now);
             (item.work)(&mut data);
             ran += 1;
-            if start.elapsed() >= limit {
+            let el = start.elapsed();
+            // A long drain does not hold the wake-ups it raised until it ends (a short
+            // one does: the woken threads then find the squeue free).
+            #[cfg(not(loom))]
+            if el >= DEFER_FLUSH_AFTER {
+                run_deferred();
+            }
+            if el >= limit {
                 handoff = true;
                 break;
             }
@@ -868,7 +935,8 @@ mod tests {
         // Outside any squeue: at once.
         defer(d.clone());
         assert_eq!(d.runs.load(Ordering::SeqCst), 1);
-        // Inside: not before the (outermost) release, and then with the squeue free.
+        // Inside: not before the (outermost) release, and then with the squeue free;
+        // deferred twice on one thread, it runs once.
         let d2 = d.clone();
         sq.try_process(move |_| {
             defer(d2.clone());
@@ -877,8 +945,96 @@ mod tests {
         })
         .ok()
         .expect("idle squeue runs inline");
-        assert_eq!(d.runs.load(Ordering::SeqCst), 3);
-        assert_eq!(d.free.load(Ordering::SeqCst), 3);
+        assert_eq!(d.runs.load(Ordering::SeqCst), 2);
+        assert_eq!(d.free.load(Ordering::SeqCst), 2);
+    }
+
+    /// Deferred work that enters a squeue and defers more: run iteratively, in order,
+    /// on the same stack frame (two stacks bouncing frames must not recurse).
+    struct Bounce {
+        sq: Arc<Squeue<Log>>,
+        left: AtomicUsize,
+        deepest: AtomicUsize,
+        base: usize,
+        order: Mutex<Vec<usize>>,
+        id: usize,
+        next: Mutex<Option<Arc<Bounce>>>,
+    }
+
+    impl Deferred for Bounce {
+        fn run_deferred(&self) {
+            let here = 0u8;
+            let addr = &here as *const u8 as usize;
+            self.deepest
+                .fetch_max(self.base.saturating_sub(addr), Ordering::SeqCst);
+            self.order.lock().push(self.id);
+            if self.left.fetch_sub(1, Ordering::SeqCst) > 1 {
+                let next = self.next.lock().clone();
+                self.sq
+                    .try_process(move |_| {
+                        if let Some(n) = next {
+                            defer(n);
+                        }
+                    })
+                    .ok()
+                    .expect("idle squeue");
+            }
+        }
+    }
+
+    #[test]
+    fn deferred_work_that_defers_more_runs_iteratively() {
+        let sq = Squeue::new(0, Log::default(), Duration::from_millis(20), Duration::ZERO);
+        let here = 0u8;
+        let base = &here as *const u8 as usize;
+        let mk = |id| {
+            Arc::new(Bounce {
+                sq: sq.clone(),
+                left: AtomicUsize::new(10_000),
+                deepest: AtomicUsize::new(0),
+                base,
+                order: Mutex::new(Vec::new()),
+                id,
+                next: Mutex::new(None),
+            })
+        };
+        let a = mk(1);
+        // One entry that re-defers itself 10,000 times through a squeue entry.
+        *a.next.lock() = Some(a.clone());
+        let a2 = a.clone();
+        sq.try_process(move |_| defer(a2))
+            .ok()
+            .expect("idle squeue");
+        assert_eq!(a.left.load(Ordering::SeqCst), 0);
+        assert_eq!(a.order.lock().len(), 10_000);
+        // Recursion would have used 10,000 frames; iteration uses a handful.
+        assert!(
+            a.deepest.load(Ordering::SeqCst) < 64 * 1024,
+            "stack grew by {} bytes",
+            a.deepest.load(Ordering::SeqCst)
+        );
+        *a.next.lock() = None;
+    }
+
+    #[test]
+    fn the_inline_service_budget_is_per_way_out() {
+        struct Take(AtomicUsize);
+        impl Deferred for Take {
+            fn run_deferred(&self) {
+                while take_inline_service() {
+                    self.0.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        let sq = Squeue::new(0, Log::default(), Duration::from_millis(20), Duration::ZERO);
+        for _ in 0..2 {
+            let t = Arc::new(Take(AtomicUsize::new(0)));
+            let t2 = t.clone();
+            sq.try_process(move |_| defer(t2))
+                .ok()
+                .expect("idle squeue");
+            assert_eq!(t.0.load(Ordering::SeqCst), INLINE_SERVICE_BUDGET as usize);
+        }
     }
 
     #[test]

@@ -312,7 +312,6 @@ impl StackBuilder {
             // Weak: the squeue owns the device (rx_devs), the device owns the waker.
             let entry = Arc::new(RxEntry {
                 sq: Arc::downgrade(&sq),
-                queued: AtomicBool::new(false),
             });
             dev.set_rx_waker(Box::new(move || entry.wake()));
         }
@@ -736,11 +735,11 @@ fn current_cpu() -> Option<usize> {
 /// squeue and released every lock (`squeue::defer`), if the squeue is idle then: no worker
 /// wake-up and no context switch between a frame's transmission and its processing.
 /// Otherwise, and when called outside any squeue (where the caller may hold the IP
-/// layer's lock), it kicks the squeue's worker.
+/// layer's lock), it kicks the squeue's worker. A thread runs at most
+/// `squeue::INLINE_SERVICE_BUDGET` such services on one way out (two stacks bouncing
+/// frames would otherwise keep it), and none while unwinding from a panic.
 struct RxEntry {
     sq: std::sync::Weak<Squeue<Perim>>,
-    /// Deferred on some thread already (that thread's service will see this frame).
-    queued: AtomicBool,
 }
 
 impl RxEntry {
@@ -751,18 +750,19 @@ impl RxEntry {
             }
             return;
         }
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            crate::squeue::defer(self.clone());
-        }
+        crate::squeue::defer(self.clone());
     }
 }
 
 impl crate::squeue::Deferred for RxEntry {
     fn run_deferred(&self) {
-        self.queued.store(false, Ordering::Release);
         let Some(sq) = self.sq.upgrade() else {
             return;
         };
+        if std::thread::panicking() || !crate::squeue::take_inline_service() {
+            sq.kick();
+            return;
+        }
         let ran = sq.try_process(|p: &mut Perim| {
             use crate::squeue::Perimeter;
             p.service(std::time::Instant::now());
