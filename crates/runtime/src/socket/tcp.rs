@@ -571,14 +571,19 @@ impl Drop for TcpStream {
         if self.sh.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let abort = self.sh.opts.lock().linger == Some(Duration::ZERO);
+        let o = self.opts();
+        let abort = o.linger == Some(Duration::ZERO);
         let key = self.sh.key;
-        self.sq()
-            .enter(Mode::Process, self.tag(), move |p: &mut Perim| {
-                if let Some(st) = p.st.upgrade() {
-                    p.close(&st, crate::clock::now(), key, abort);
-                }
-            });
+        let close = move |p: &mut Perim| {
+            if let Some(st) = p.st.upgrade() {
+                p.close(&st, crate::clock::now(), key, abort);
+            }
+        };
+        // Like any socket call, wait a little for a busy squeue and close here rather
+        // than leave the work (unfusing, the FIN) to whichever thread owns it.
+        if let Err(close) = self.sq().try_process_spin(close, self.spin_with(&o)) {
+            self.sq().enter(Mode::Fill, self.tag(), close);
+        }
     }
 }
 
