@@ -96,12 +96,15 @@ pub(crate) fn current_cpu() -> u32 {
 
 /// Whether spinning while another thread finishes something can help: not when the
 /// calling thread is pinned to one CPU and the other thread last ran on that same CPU
-/// (two threads bound to one CPU), for then the other thread needs the CPU the spinner
-/// holds and spinning only delays it; parking lets it run at once. A thread free to
+/// (two threads bound to one CPU) or is not known yet, for then the other thread may
+/// need the CPU the spinner holds and spinning only delays it; parking lets it run at
+/// once. A thread free to
 /// move spins (the scheduler spreads two busy threads over two CPUs; parking instead
 /// would let wake-up affinity stack them on one).
 pub(crate) fn spin_may_help(other_cpu: u32) -> bool {
-    other_cpu == u32::MAX || !pinned() || other_cpu != current_cpu()
+    // A pinned thread that does not know where the other thread runs (`u32::MAX`, e.g.
+    // the first wait on a new connection) parks: spinning would be the costly mistake.
+    !pinned() || (other_cpu != u32::MAX && other_cpu != current_cpu())
 }
 
 #[cfg(not(loom))]
@@ -160,7 +163,7 @@ mod tests {
             !same,
             "a pinned thread does not spin for one on its own CPU"
         );
-        assert!(unknown);
+        assert!(!unknown, "nor for one it does not know");
         // A thread free to move spins whatever CPU the other one used.
         if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
             let h = std::thread::spawn(|| spin_may_help(current_cpu()));

@@ -40,6 +40,9 @@ pub mod ready {
     pub const RDHUP: u32 = 128;
 }
 
+/// The bits that say something arrived for a reader (or an acceptor).
+const RD_BITS: u32 = ready::READ | ready::ACCEPT | ready::URGENT | ready::RDHUP;
+
 /// A registration of a socket on a [`crate::socket::Poller`].
 #[cfg(not(loom))]
 pub(crate) struct PollReg {
@@ -61,9 +64,11 @@ pub struct Waitable {
     has_wakers: AtomicBool,
     /// Bits raised inside a squeue whose wake-up waits for the squeue's release.
     pending: AtomicU32,
-    /// The CPU of the thread that last raised a readiness bit (a waiter spins only if it
-    /// is another one: see `sync::spin_may_help`).
-    setter_cpu: AtomicU32,
+    /// The CPU of the thread that last made the socket readable (data, a connection to
+    /// accept, end of file) and of the one that last made it writable: a waiter spins
+    /// only if the producer it waits for ran on another CPU (`sync::spin_may_help`).
+    rd_cpu: AtomicU32,
+    wr_cpu: AtomicU32,
 }
 
 impl Default for Waitable {
@@ -79,7 +84,8 @@ impl Default for Waitable {
             wakers: Mutex::new(Vec::new()),
             has_wakers: AtomicBool::new(false),
             pending: AtomicU32::new(0),
-            setter_cpu: AtomicU32::new(u32::MAX),
+            rd_cpu: AtomicU32::new(u32::MAX),
+            wr_cpu: AtomicU32::new(u32::MAX),
         }
     }
 }
@@ -118,15 +124,29 @@ impl Waitable {
         true
     }
 
-    /// Remembers the CPU of a thread that raised bits (the producer a waiter waits for;
-    /// a thread lowering bits after consuming, typically the waiter itself, is not one).
+    /// Remembers the CPU of a thread that raised bits a waiter waits for (the producer;
+    /// a thread lowering bits after consuming, or running another thread's queued work,
+    /// or completing its own connection, is not one).
     fn note_setter(&self, raised: u32) {
-        if raised == 0 {
+        if raised & (RD_BITS | ready::WRITE) == 0 || crate::squeue::running_others_work() {
             return;
         }
         let c = crate::sync::current_cpu();
-        if self.setter_cpu.load(Ordering::Relaxed) != c {
-            self.setter_cpu.store(c, Ordering::Relaxed);
+        for (bits, slot) in [(RD_BITS, &self.rd_cpu), (ready::WRITE, &self.wr_cpu)] {
+            if raised & bits != 0 && slot.load(Ordering::Relaxed) != c {
+                slot.store(c, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The CPU of the producer a wait for `mask` waits for (`u32::MAX`: unknown).
+    fn producer_cpu(&self, mask: u32) -> u32 {
+        if mask & RD_BITS != 0 {
+            self.rd_cpu.load(Ordering::Relaxed)
+        } else if mask & ready::WRITE != 0 {
+            self.wr_cpu.load(Ordering::Relaxed)
+        } else {
+            u32::MAX
         }
     }
 
@@ -235,7 +255,7 @@ impl Waitable {
         if now != 0 {
             return now;
         }
-        if !spin.is_zero() && crate::sync::spin_may_help(self.setter_cpu.load(Ordering::Relaxed)) {
+        if !spin.is_zero() && crate::sync::spin_may_help(self.producer_cpu(mask)) {
             let t0 = Instant::now();
             while t0.elapsed() < spin {
                 let r = self.ready() & mask;
@@ -372,5 +392,34 @@ impl ListenerShared {
             0
         } | if closed { ready::HUP } else { 0 };
         self.w.set(bits);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_producer_cpu_is_kept_per_direction_and_only_for_raised_bits() {
+        let w = Waitable::default();
+        assert_eq!(w.producer_cpu(ready::READ), u32::MAX, "unknown at first");
+        // Lowering bits notes nothing.
+        w.set(0);
+        assert_eq!(w.producer_cpu(ready::READ), u32::MAX);
+        // Completing a connection (CONNECTED) is not producing data.
+        w.set(ready::CONNECTED);
+        assert_eq!(w.producer_cpu(ready::READ), u32::MAX);
+        assert_eq!(w.producer_cpu(ready::WRITE), u32::MAX);
+        // Raising WRITE notes the writer side only; READ the reader side only.
+        w.set(ready::CONNECTED | ready::WRITE);
+        assert!(w.producer_cpu(ready::WRITE) < 4096);
+        assert_eq!(w.producer_cpu(ready::READ), u32::MAX);
+        w.raise(ready::READ);
+        assert!(w.producer_cpu(ready::READ) < 4096);
+        assert_eq!(
+            w.producer_cpu(ready::READ | ready::WRITE),
+            w.rd_cpu.load(Ordering::Relaxed)
+        );
+        assert_eq!(w.producer_cpu(ready::HUP), u32::MAX);
     }
 }

@@ -174,6 +174,16 @@ thread_local! {
     /// `thread_local!` takes plain initialisers.)
     #[allow(clippy::missing_const_for_thread_local)]
     static DEPTH: Cell<u32> = Cell::new(0);
+    /// The thread is running an item another thread queued (draining on its behalf).
+    #[allow(clippy::missing_const_for_thread_local)]
+    static OTHERS: Cell<bool> = Cell::new(false);
+}
+
+/// Whether the calling thread is running work another thread queued: readiness it
+/// raises then was produced on the other thread's behalf (the spin rules of
+/// `sync::spin_may_help` want the producer's CPU, not the drainer's).
+pub fn running_others_work() -> bool {
+    OTHERS.with(|o| o.get())
 }
 
 /// How many squeues the calling thread is inside (0 for an application thread).
@@ -484,7 +494,9 @@ impl<P: Perimeter> Squeue<P> {
             let item = self.q.lock().items.pop_front();
             let Some(item) = item else { break };
             let start = *t0.get_or_insert_with(Instant::now);
+            let was = OTHERS.with(|o| o.replace(true));
             (item.work)(&mut data);
+            OTHERS.with(|o| o.set(was));
             ran += 1;
             let el = start.elapsed();
             // A long drain does not hold the wake-ups it raised until it ends (a short
