@@ -28,6 +28,8 @@
 //! * **Bounded and total.** No input panics; every queue is bounded (configured transmit
 //!   queue, a hard in-flight cap per wire, a bounded MAC table) and drops are counted.
 
+#[cfg(not(loom))]
+pub mod capture;
 pub mod device;
 pub mod impair;
 pub mod link;
@@ -36,6 +38,8 @@ pub mod memlink;
 pub mod switch;
 pub mod wire;
 
+#[cfg(not(loom))]
+pub use capture::{Capture, CaptureOptions, CaptureStats};
 pub use device::Device;
 pub use impair::ImpairConfig;
 pub use link::{End, Link};
