@@ -32,6 +32,8 @@
 pub mod capture;
 pub mod device;
 pub mod impair;
+#[cfg(not(loom))]
+pub mod impaired;
 pub mod link;
 #[cfg(not(loom))]
 pub mod memlink;
@@ -42,6 +44,8 @@ pub mod wire;
 pub use capture::{Capture, CaptureOptions, CaptureStats};
 pub use device::Device;
 pub use impair::ImpairConfig;
+#[cfg(not(loom))]
+pub use impaired::Impaired;
 pub use link::{End, Link};
 #[cfg(not(loom))]
 pub use memlink::{mem_link, MemLinkEnd};
