@@ -357,6 +357,25 @@ impl Conn {
         }
     }
 
+    /// `SO_RCVTIMEO`.
+    pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Conn::Ember(s) => s.set_read_timeout(t),
+            Conn::Tcp(s) => s.set_read_timeout(t),
+            Conn::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// `SO_RCVTIMEO` and `SO_SNDTIMEO`.
+    pub fn set_timeouts(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        match self {
+            Conn::Ember(s) => s.set_write_timeout(t),
+            Conn::Tcp(s) => s.set_write_timeout(t),
+            Conn::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
     /// `O_NONBLOCK`.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match self {
@@ -506,25 +525,20 @@ pub struct WireTap {
     last_fin: Mutex<Option<Instant>>,
 }
 
-/// What [`WireTap`] sees in one frame: `(payload length, FIN)` of a TCP segment.
+/// What [`WireTap`] sees in one frame: `(payload length, FIN)` of a TCP segment over
+/// IPv4 over Ethernet (checksums not verified: the tap counts, the stack judges).
 pub fn tcp_in_frame(f: &[u8]) -> Option<(usize, bool)> {
-    // Ethernet II (14 bytes), IPv4 (RFC 791 §3.1), TCP (RFC 9293 §3.1).
-    if f.len() < 14 + 20 || f[12..14] != [0x08, 0x00] {
+    use ember_core::wire::{ethertype, ip_proto, EthernetRepr, Ipv4Repr, TcpRepr};
+    let (eth, ip) = EthernetRepr::parse(f).ok()?;
+    if eth.ethertype != ethertype::IPV4 {
         return None;
     }
-    let ip = &f[14..];
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    if ip[0] >> 4 != 4 || ihl < 20 || ip[9] != 6 {
+    let (ipr, seg) = Ipv4Repr::parse(ip, false).ok()?;
+    if ipr.protocol != ip_proto::TCP {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]])).min(ip.len());
-    let tcp = ip.get(ihl..total)?;
-    if tcp.len() < 20 {
-        return None;
-    }
-    let doff = usize::from(tcp[12] >> 4) * 4;
-    let fin = tcp[13] & 0x01 != 0;
-    Some((tcp.len().saturating_sub(doff), fin))
+    let (tcp, payload) = TcpRepr::parse(seg, ipr.src, ipr.dst, false).ok()?;
+    Some((payload.len(), tcp.flags.fin()))
 }
 
 impl WireTap {

@@ -1037,17 +1037,26 @@ fn iface(addr: Ipv4Addr) -> IfaceConfig {
 fn two_stacks(cfg: ImpairConfig, seed: u64) -> (Stack, Stack, Arc<MemLinkEnd>, Arc<MemLinkEnd>) {
     cfg.validate().unwrap();
     let (ea, eb) = mem_link(cfg.clone(), cfg, seed);
+    let (a, b) = stacks_on(ea.clone(), eb.clone());
+    (a, b, ea, eb)
+}
+
+/// Two one-squeue stacks, 198.18.0.1 on `a_dev` and 198.18.0.2 on `b_dev`.
+fn stacks_on(
+    a_dev: Arc<dyn ember_runtime::dev::Device>,
+    b_dev: Arc<dyn ember_runtime::dev::Device>,
+) -> (Stack, Stack) {
     let a = Stack::builder()
         .squeues(1)
-        .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), ea.clone())
+        .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), a_dev)
         .build()
         .unwrap();
     let b = Stack::builder()
         .squeues(1)
-        .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), eb.clone())
+        .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), b_dev)
         .build()
         .unwrap();
-    (a, b, ea, eb)
+    (a, b)
 }
 
 /// Sends `data` on `s` then shuts down the write side; in a thread.
@@ -1322,24 +1331,8 @@ fn poller_accept_no_lost_wakeup() {
 /// waking the receiver's worker for every frame.
 #[test]
 fn link_receive_runs_inline_on_the_transmitting_thread() {
-    let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 1);
-    let iface = |addr| IfaceConfig {
-        addr,
-        prefix_len: 24,
-        mac: None,
-        mtu: None,
-    };
-    let (a_ip, b_ip) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
-    let a = Stack::builder()
-        .squeues(1)
-        .interface(iface(a_ip), ea)
-        .build()
-        .unwrap();
-    let b = Stack::builder()
-        .squeues(1)
-        .interface(iface(b_ip), eb)
-        .build()
-        .unwrap();
+    let (a, b, _, _) = two_stacks(ImpairConfig::default(), 1);
+    let b_ip = Ipv4Addr::new(198, 18, 0, 2);
     let l = TcpListener::bind(&b, SocketAddrV4::new(b_ip, 7003)).unwrap();
     l.set_accept_timeout(Some(T)).unwrap();
     let echo = std::thread::spawn(move || {
@@ -1395,18 +1388,8 @@ fn impaired_device_tcp_delivers_everything_and_ping_sees_the_delay() {
         ..ImpairConfig::default()
     };
     let imp = Arc::new(Impaired::new(ea, bad.clone(), bad, 42).unwrap());
-    let iface = |addr| IfaceConfig {
-        addr,
-        prefix_len: 24,
-        mac: None,
-        mtu: None,
-    };
-    let (a_ip, b_ip) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
-    let a = Stack::builder()
-        .interface(iface(a_ip), imp.clone())
-        .build()
-        .unwrap();
-    let b = Stack::builder().interface(iface(b_ip), eb).build().unwrap();
+    let (a, b) = stacks_on(imp.clone(), eb);
+    let b_ip = Ipv4Addr::new(198, 18, 0, 2);
     let l = TcpListener::bind(&b, SocketAddrV4::new(b_ip, 7004)).unwrap();
     l.set_accept_timeout(Some(T)).unwrap();
     let data = prng_bytes(9, 500_000);

@@ -7,6 +7,7 @@ use crate::env::{Conn, Env, Variant};
 use crate::measure::{cpu_time, histogram, quantile_us, record};
 use crate::report::{alternate, Outcome, Report};
 use crate::Opts;
+use hdrhistogram::Histogram;
 use serde_json::{json, Map};
 use std::io::{self, Read, Write};
 use std::time::Instant;
@@ -93,7 +94,13 @@ pub fn cycles(env: &mut Env, ops: usize) -> io::Result<Outcome> {
     server
         .join()
         .map_err(|_| io::Error::other("server panicked"))??;
-    Ok(Outcome {
+    Ok(outcome(h, ops, wall, cpu))
+}
+
+/// crr's figures from the cycles' latencies, their count, the wall-clock seconds and the
+/// process CPU seconds they took.
+pub fn outcome(h: Histogram<u64>, ops: usize, wall: f64, cpu: f64) -> Outcome {
+    Outcome {
         metrics: vec![
             ("ops_per_s", ops as f64 / wall),
             ("p50_us", quantile_us(&h, 0.5)),
@@ -102,7 +109,7 @@ pub fn cycles(env: &mut Env, ops: usize) -> io::Result<Outcome> {
         ],
         latency: Some(h),
         series: Vec::new(),
-    })
+    }
 }
 
 #[cfg(test)]

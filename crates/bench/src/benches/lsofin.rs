@@ -22,7 +22,7 @@
 //! segment over ember's loopback, so its `close → EOF` is unfuse + FIN through ember's
 //! loopback path + waking the reader.
 
-use crate::env::{Conn, Env, Listener, Variant};
+use crate::env::{Env, Listener, Variant};
 use crate::measure::{cpu_time, histogram, quantile, quantile_us, record};
 use crate::report::{alternate, Case, Outcome, Report};
 use crate::Opts;
@@ -110,24 +110,6 @@ fn lso_value(c: &Case) -> Option<&'static str> {
     }
 }
 
-/// Read and write timeouts on a connection of any variant.
-fn set_timeouts(c: &Conn, t: Duration) -> io::Result<()> {
-    match c {
-        Conn::Ember(s) => {
-            s.set_read_timeout(Some(t))?;
-            s.set_write_timeout(Some(t))
-        }
-        Conn::Tcp(s) => {
-            s.set_read_timeout(Some(t))?;
-            s.set_write_timeout(Some(t))
-        }
-        Conn::Unix(s) => {
-            s.set_read_timeout(Some(t))?;
-            s.set_write_timeout(Some(t))
-        }
-    }
-}
-
 /// What one connection measured.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
@@ -151,7 +133,7 @@ fn serve(
         if stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        set_timeouts(&s, STEP_TIMEOUT)?;
+        s.set_timeouts(Some(STEP_TIMEOUT))?;
         s.set_nodelay(true)?;
         s.read_exact(&mut req)?;
         s.write_all(&response)?;
@@ -169,7 +151,7 @@ fn one(env: &Env, rx: &mpsc::Receiver<Instant>, buf: &mut [u8]) -> io::Result<Sa
     let tap = env.taps.as_ref().map(|(_, s)| s.clone());
     let fins0 = tap.as_ref().map(|t| t.fins.load(Ordering::SeqCst));
     let mut c = env.connect()?;
-    set_timeouts(&c, STEP_TIMEOUT)?;
+    c.set_timeouts(Some(STEP_TIMEOUT))?;
     let req = [b'G'; REQUEST];
     c.write_all(&req)?;
     let mut got = 0usize;

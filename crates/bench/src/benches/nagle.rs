@@ -215,24 +215,6 @@ pub fn reply_for(req: &[u8]) -> [u8; REPLY] {
     h.to_be_bytes()
 }
 
-/// SO_RCVTIMEO and SO_SNDTIMEO on a connection of any variant.
-pub(crate) fn set_timeouts(c: &Conn, t: Option<Duration>) -> io::Result<()> {
-    match c {
-        Conn::Ember(s) => {
-            s.set_read_timeout(t)?;
-            s.set_write_timeout(t)
-        }
-        Conn::Tcp(s) => {
-            s.set_read_timeout(t)?;
-            s.set_write_timeout(t)
-        }
-        Conn::Unix(s) => {
-            s.set_read_timeout(t)?;
-            s.set_write_timeout(t)
-        }
-    }
-}
-
 /// Counts the data the client sends: a closure giving "segments so far".
 fn segment_counter(env: &Env, client: &Conn) -> io::Result<Box<dyn Fn() -> u64>> {
     match env.variant {
@@ -336,9 +318,9 @@ fn one(c: &mut Conn, mode: Mode, i: usize) -> io::Result<()> {
 /// Up to `count` messages (stopping at `limit`) on a fresh pair of `env`.
 pub fn messages(env: &mut Env, mode: Mode, count: usize, limit: Duration) -> io::Result<Outcome> {
     let (mut client, server) = env.pair()?;
-    set_timeouts(&client, Some(CALL_TIMEOUT))?;
+    client.set_timeouts(Some(CALL_TIMEOUT))?;
     // The server waits for the client's close for as long as the client may run.
-    set_timeouts(&server, Some(limit + CALL_TIMEOUT))?;
+    server.set_timeouts(Some(limit + CALL_TIMEOUT))?;
     if mode == Mode::Nodelay {
         client.set_nodelay(true)?;
     }
@@ -479,7 +461,7 @@ mod tests {
     fn a_wrong_reply_fails_the_case() {
         let mut env = Env::new(Variant::EmberFused, &EnvConfig::default()).unwrap();
         let (mut c, mut s) = env.pair().unwrap();
-        set_timeouts(&c, Some(Duration::from_secs(5))).unwrap();
+        c.set_timeouts(Some(Duration::from_secs(5))).unwrap();
         let liar = std::thread::spawn(move || {
             let mut req = [0u8; REQUEST];
             s.read_exact(&mut req).unwrap();

@@ -7,6 +7,7 @@ use crate::env::{Conn, Env, Variant};
 use crate::measure::{cpu_time, histogram, quantile_us, record};
 use crate::report::{alternate, Outcome, Report};
 use crate::Opts;
+use hdrhistogram::Histogram;
 use serde_json::{json, Map};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -84,7 +85,13 @@ pub fn round_trips(mut client: Conn, server: Conn, ops: usize) -> io::Result<Out
     let cpu = (cpu_time() - cpu0).as_secs_f64();
     drop(client);
     let _ = echo.join();
-    Ok(Outcome {
+    Ok(outcome(h, ops, wall, cpu))
+}
+
+/// rr's figures from the round trips' latencies, their count, the wall-clock seconds
+/// and the process CPU seconds they took.
+pub fn outcome(h: Histogram<u64>, ops: usize, wall: f64, cpu: f64) -> Outcome {
+    Outcome {
         metrics: vec![
             ("p50_us", quantile_us(&h, 0.5)),
             ("p99_us", quantile_us(&h, 0.99)),
@@ -93,7 +100,7 @@ pub fn round_trips(mut client: Conn, server: Conn, ops: usize) -> io::Result<Out
         ],
         latency: Some(h),
         series: Vec::new(),
-    })
+    }
 }
 
 /// Two threads hand a flag back and forth by spinning on it: 1 = request, 2 = response.
@@ -129,14 +136,5 @@ fn spin(ops: usize) -> Outcome {
     let wall = t0.elapsed().as_secs_f64();
     let cpu = (cpu_time() - cpu0).as_secs_f64();
     let _ = peer.join();
-    Outcome {
-        metrics: vec![
-            ("p50_us", quantile_us(&h, 0.5)),
-            ("p99_us", quantile_us(&h, 0.99)),
-            ("ops_per_s", ops as f64 / wall),
-            ("cpu_us_per_op", cpu * 1e6 / ops as f64),
-        ],
-        latency: Some(h),
-        series: Vec::new(),
-    }
+    outcome(h, ops, wall, cpu)
 }

@@ -38,7 +38,7 @@
 
 use super::ksock;
 use crate::env::{Conn, Env, EnvConfig, Listener, Variant, PORT};
-use crate::measure::{cpu_time, histogram, quantile_us, record, rss_bytes};
+use crate::measure::{cpu_time, histogram, record, rss_bytes};
 use crate::report::{alternate, fmt_num, Case, Outcome, Report};
 use crate::Opts;
 use serde_json::{json, Map};
@@ -274,14 +274,6 @@ fn connect_to(env: &Env, a: SocketAddrV4) -> io::Result<Conn> {
     }
 }
 
-fn set_read_timeout(c: &Conn, t: Duration) -> io::Result<()> {
-    match c {
-        Conn::Ember(s) => s.set_read_timeout(Some(t)),
-        Conn::Tcp(s) => s.set_read_timeout(Some(t)),
-        Conn::Unix(s) => s.set_read_timeout(Some(t)),
-    }
-}
-
 /// Stops a build that outgrows memory: the process's resident set, or the machine's
 /// available memory (kernel sockets), moving by more than [`MEM_LIMIT`].
 struct MemWatch {
@@ -433,8 +425,8 @@ pub fn rr(env: &Env, n: usize, ops: usize, limit: Instant) -> io::Result<Outcome
 fn round_trips(mut client: Conn, server: Conn, ops: usize, limit: Instant) -> io::Result<Outcome> {
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
-    set_read_timeout(&client, WAIT)?;
-    set_read_timeout(&server, WAIT)?;
+    client.set_read_timeout(Some(WAIT))?;
+    server.set_read_timeout(Some(WAIT))?;
     let echo = std::thread::spawn(move || {
         let mut s = server;
         let mut b = [0u8; 1];
@@ -474,16 +466,7 @@ fn round_trips(mut client: Conn, server: Conn, ops: usize, limit: Instant) -> io
     drop(client);
     let _ = echo.join();
     let (wall, cpu) = res?;
-    Ok(Outcome {
-        metrics: vec![
-            ("p50_us", quantile_us(&h, 0.5)),
-            ("p99_us", quantile_us(&h, 0.99)),
-            ("ops_per_s", ops as f64 / wall),
-            ("cpu_us_per_op", cpu * 1e6 / ops as f64),
-        ],
-        latency: Some(h),
-        series: Vec::new(),
-    })
+    Ok(crate::benches::rr::outcome(h, ops, wall, cpu))
 }
 
 /// Binds the calling thread to the `i`th CPU this process may use (no-op if unknown).
@@ -504,7 +487,7 @@ fn crr_server(l: Listener) -> io::Result<()> {
     loop {
         let mut s = ksock::accept_within(&l, WAIT)?;
         s.set_nodelay(true)?;
-        set_read_timeout(&s, WAIT)?;
+        s.set_read_timeout(Some(WAIT))?;
         let mut b = [0u8; 1];
         s.read_exact(&mut b)?;
         if b[0] == QUIT {
@@ -518,7 +501,7 @@ fn crr_server(l: Listener) -> io::Result<()> {
 fn crr_cycle(env: &Env, a: SocketAddrV4, byte: u8) -> io::Result<()> {
     let mut c = connect_to(env, a)?;
     c.set_nodelay(true)?;
-    set_read_timeout(&c, WAIT)?;
+    c.set_read_timeout(Some(WAIT))?;
     let mut b = [byte];
     c.write_all(&b)?;
     if byte != QUIT {
@@ -613,17 +596,7 @@ pub fn crr(env: &Env, threads: usize, ops: usize, limit: Instant) -> io::Result<
     if let Some(e) = server_err {
         return Err(e);
     }
-    let total = (ops * threads) as f64;
-    Ok(Outcome {
-        metrics: vec![
-            ("ops_per_s", total / wall),
-            ("p50_us", quantile_us(&all, 0.5)),
-            ("p99_us", quantile_us(&all, 0.99)),
-            ("cpu_us_per_op", cpu * 1e6 / total),
-        ],
-        latency: Some(all),
-        series: Vec::new(),
-    })
+    Ok(crate::benches::crr::outcome(all, ops * threads, wall, cpu))
 }
 
 #[cfg(test)]

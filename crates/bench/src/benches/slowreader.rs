@@ -428,7 +428,7 @@ pub fn measure(
             return Err(io::Error::other("the ember-fused pair did not fuse"));
         }
     }
-    crate::benches::nagle::set_timeouts(&reader, Some(GRACE))?;
+    reader.set_timeouts(Some(GRACE))?;
     writer.set_nonblocking(true)?;
     let (t_w, start) = calibrate(&mut writer, &mut reader)?;
     let stack = env.client.clone();

@@ -669,7 +669,10 @@ impl StackInner {
         if n == 1 {
             return 0;
         }
-        let cpu = current_cpu();
+        let cpu = match crate::sync::current_cpu() {
+            u32::MAX => None,
+            c => Some(c as usize),
+        };
         self.cpus
             .iter()
             .position(|&c| Some(c) == cpu)
@@ -719,14 +722,6 @@ impl StackInner {
             io::Error::new(io::ErrorKind::AddrNotAvailable, "no ephemeral port free")
         })
     }
-}
-
-/// The CPU the calling thread runs on.
-fn current_cpu() -> Option<usize> {
-    // SAFETY: sched_getcpu takes no arguments, touches no memory of ours and has no
-    // preconditions; it returns -1 on failure, handled below.
-    let c = unsafe { libc::sched_getcpu() };
-    usize::try_from(c).ok()
 }
 
 /// A device's receive wake-up, FireEngine's interrupt entering the squeue. Called from

@@ -299,7 +299,7 @@ impl Perim {
         self.stats.out_rsts_noconn += 1;
         let mut bytes = vec![0u8; r.header_len()];
         r.emit_header(&mut bytes);
-        self.output(st, now, None, local, remote, 0, bytes, 0);
+        self.output(st, now, None, local, remote, 0, bytes, false);
     }
 
     /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue.
@@ -391,16 +391,13 @@ impl Perim {
             // A segment for a device is built where the frame will carry it, behind room
             // for the Ethernet and IP headers: one buffer and one payload copy per
             // segment (a loopback segment carries no headers).
-            let front = if st.is_local_addr(*remote.ip()) {
-                0
-            } else {
-                FRAME_FRONT
-            };
+            let framed = !st.is_local_addr(*remote.ip());
+            let front = if framed { FRAME_FRONT } else { 0 };
             let mut bytes = vec![0u8; front + hl + n];
             out.repr.emit_header(&mut bytes[front..front + hl]);
             out.copy_payload(&mut bytes[front + hl..]);
             st.probe(Probe::TcpSend, local, remote, n);
-            let learned = self.output(st, now, hop, local, remote, tos, bytes, front);
+            let learned = self.output(st, now, hop, local, remote, tos, bytes, framed);
             if let (Some(h), Some(c)) = (learned, self.conns.get_mut(key)) {
                 c.hop = Some(h);
             }
@@ -409,8 +406,10 @@ impl Perim {
     }
 
     /// Sends one TCP segment (header + payload, checksum not filled) from `local` to
-    /// `remote`: loopback when the destination is ours, else IP to a device. Returns the
-    /// next hop learned, for the connection to cache.
+    /// `remote`: loopback when the destination is ours, else IP to a device. `framed`:
+    /// the segment sits behind [`FRAME_FRONT`] bytes of room for the headers (built for
+    /// a device by a caller that checked the destination is not local). Returns the next
+    /// hop learned, for the connection to cache.
     #[allow(clippy::too_many_arguments)]
     fn output(
         &mut self,
@@ -420,23 +419,18 @@ impl Perim {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         tos: u8,
-        mut bytes: Vec<u8>,
-        front: usize,
+        bytes: Vec<u8>,
+        framed: bool,
     ) -> Option<(IfaceId, MacAddr)> {
-        if front != 0 && front != FRAME_FRONT {
-            // Only the two layouts exist; anything else is a caller's bug: drop.
-            debug_assert!(false, "segment with {front} bytes in front");
-            return None;
-        }
+        let front = if framed { FRAME_FRONT } else { 0 };
         if st.filtered(ip_proto::TCP, local, remote) {
             self.stats.filtered += 1;
             return None;
         }
         st.probe(Probe::IpSend, local, remote, bytes.len() - front);
-        if st.is_local_addr(*remote.ip()) {
-            if front != 0 {
-                bytes.drain(..front);
-            }
+        // A framed segment was built for a device: its caller has found the destination
+        // not local already.
+        if !framed && st.is_local_addr(*remote.ip()) {
             self.stats.lo_segs += 1;
             self.stats.ip_lo_out += 1;
             let seg = Seg {
@@ -476,7 +470,7 @@ impl Perim {
             frag_offset: 0,
             payload_len: (bytes.len() - front) as u16,
         };
-        let mut f = if front == FRAME_FRONT {
+        let mut f = if framed {
             bytes
         } else {
             let mut f = vec![0u8; FRAME_FRONT + bytes.len()];
