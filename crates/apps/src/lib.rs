@@ -1,0 +1,14 @@
+//! # ember-apps
+//!
+//! The applications `ember serve` runs and `ember client` is: small network services and
+//! clients written once over the [`net`] traits, so each runs unchanged on ember's sockets
+//! ([`net::EmberNet`]) and on the kernel's ([`net::StdNet`]). The kernel flavour is what
+//! the unit tests use (stock tools such as `curl` and `iperf3` can reach it on loopback
+//! without root); the ember flavour is what `ember serve` puts on a TAP device or an
+//! AF_PACKET socket.
+//!
+//! * [`server`]: the accept loop shared by every TCP service: one thread per connection,
+//!   a bound on live connections, and a stop flag that closes everything (SIGINT/SIGTERM).
+
+pub mod net;
+pub mod server;
