@@ -37,7 +37,11 @@ pub mod impaired;
 pub mod link;
 #[cfg(not(loom))]
 pub mod memlink;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub mod netns;
 pub mod switch;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub mod tap;
 pub mod wire;
 
 #[cfg(not(loom))]
@@ -50,6 +54,8 @@ pub use link::{End, Link};
 #[cfg(not(loom))]
 pub use memlink::{mem_link, MemLinkEnd};
 pub use switch::{Switch, SwitchStats};
+#[cfg(all(not(loom), target_os = "linux"))]
+pub use tap::{Tap, TapConfig, TapCounters};
 pub use wire::{SendOutcome, Wire, WireStats};
 
 /// Derives an independent 64-bit seed for sub-stream `stream` of `seed`.

@@ -144,7 +144,7 @@ pub struct StackBuilder {
     cpus: Option<Vec<usize>>,
     pin: bool,
     params: Params,
-    ifaces: Vec<(IfaceConfig, Arc<dyn Device>)>,
+    ifaces: Vec<(IfaceConfig, Vec<Arc<dyn Device>>)>,
     routes: Vec<(Ipv4Addr, u8, Option<Ipv4Addr>)>,
     secret: Option<[u8; 16]>,
 }
@@ -196,7 +196,18 @@ impl StackBuilder {
 
     /// Adds an interface on `dev`.
     pub fn interface(mut self, cfg: IfaceConfig, dev: Arc<dyn Device>) -> Self {
-        self.ifaces.push((cfg, dev));
+        self.ifaces.push((cfg, vec![dev]));
+        self
+    }
+
+    /// Adds an interface on a multi-queue device: `queues[q]` is one queue pair of the
+    /// same link (a multi-queue TAP's queue, a fanout AF_PACKET socket). Queue `q`'s
+    /// receive side is serviced by squeue `q mod n`, and squeue `i` transmits on queue
+    /// `i mod queues.len()`, so a device that steers a flow's replies to the queue the
+    /// flow was last sent on (TAP's automatic queue selection) keeps each connection on
+    /// one squeue end to end. An empty list is refused by `build`.
+    pub fn interface_queues(mut self, cfg: IfaceConfig, queues: Vec<Arc<dyn Device>>) -> Self {
+        self.ifaces.push((cfg, queues));
         self
     }
 
@@ -224,12 +235,19 @@ impl StackBuilder {
         host.set_tcp_external(true);
         let mut devices = Vec::new();
         let mut addrs = Vec::new();
-        for (cfg, dev) in &self.ifaces {
+        for (cfg, queues) in &self.ifaces {
+            if queues.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an interface needs at least one device queue",
+                ));
+            }
             let mac = cfg.mac.unwrap_or_else(|| {
                 let o = cfg.addr.octets();
                 MacAddr([0x02, 0x65, o[0], o[1], o[2], o[3]])
             });
-            let mtu = cfg.mtu.unwrap_or(1500).min(dev.mtu());
+            let dev_mtu = queues.iter().map(|q| q.mtu()).min().unwrap_or(1500);
+            let mtu = cfg.mtu.unwrap_or(1500).min(dev_mtu);
             host.add_interface(Interface {
                 mac,
                 addr: cfg.addr,
@@ -237,7 +255,7 @@ impl StackBuilder {
                 mtu,
             })
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))?;
-            devices.push((mac, dev.clone()));
+            devices.push((mac, queues.clone()));
             addrs.push(cfg.addr);
         }
         for (dst, plen, gw) in &self.routes {
@@ -303,17 +321,25 @@ impl StackBuilder {
                 udp_socks: Mutex::new(std::collections::HashMap::new()),
             }
         });
-        // Device receive queues belong to squeues (device i to squeue i mod n).
-        for (i, (_, dev)) in inner.devices.iter().enumerate() {
-            let sq = inner.squeues[i % n].clone();
-            let dev2 = dev.clone();
+        // Device receive queues belong to squeues: the k-th queue of all interfaces (in
+        // order: interface 0's queues, then interface 1's...) to squeue k mod n, so that
+        // single-queue interfaces spread over the squeues and a multi-queue one's queue q
+        // lands on squeue q mod n when it is the first interface.
+        let mut k = 0usize;
+        for (i, (_, queues)) in inner.devices.iter().enumerate() {
             let iface = IfaceId(i as u16);
-            sq.with(move |p: &mut Perim| p.rx_devs.push((iface, dev2)));
-            // Weak: the squeue owns the device (rx_devs), the device owns the waker.
-            let entry = Arc::new(RxEntry {
-                sq: Arc::downgrade(&sq),
-            });
-            dev.set_rx_waker(Box::new(move || entry.wake()));
+            for (q, dev) in queues.iter().enumerate() {
+                let sq_index = if queues.len() > 1 { q % n } else { k % n };
+                k += 1;
+                let sq = inner.squeues[sq_index].clone();
+                let dev2 = dev.clone();
+                sq.with(move |p: &mut Perim| p.rx_devs.push((iface, dev2)));
+                // Weak: the squeue owns the device (rx_devs), the device owns the waker.
+                let entry = Arc::new(RxEntry {
+                    sq: Arc::downgrade(&sq),
+                });
+                dev.set_rx_waker(Box::new(move || entry.wake()));
+            }
         }
         let mut handles = Vec::new();
         for (i, sq) in inner.squeues.iter().enumerate() {
@@ -387,7 +413,8 @@ pub struct StackInner {
     host: Mutex<Host>,
     host_deadline_ns: Arc<AtomicU64>,
     addrs: Vec<Ipv4Addr>,
-    devices: Vec<(MacAddr, Arc<dyn Device>)>,
+    /// Per interface: its MAC and its device queues (one for most devices).
+    devices: Vec<(MacAddr, Vec<Arc<dyn Device>>)>,
     pub(crate) isn: IsnGenerator,
     ident: AtomicU16,
     next_port: AtomicU32,
@@ -498,8 +525,10 @@ impl StackInner {
             .allow(now)
     }
 
-    pub(crate) fn device(&self, iface: IfaceId) -> Option<&(MacAddr, Arc<dyn Device>)> {
-        self.devices.get(usize::from(iface.0))
+    /// The interface's MAC and the device queue squeue `sq` transmits on.
+    pub(crate) fn device(&self, iface: IfaceId, sq: usize) -> Option<(MacAddr, &Arc<dyn Device>)> {
+        let (mac, queues) = self.devices.get(usize::from(iface.0))?;
+        Some((*mac, queues.get(sq % queues.len().max(1))?))
     }
 
     pub(crate) fn forget_next_hop(&self, dst: Ipv4Addr) {
@@ -524,7 +553,8 @@ impl StackInner {
 
     fn drain_host_tx(&self, h: &mut Host) {
         while let Some(f) = h.poll_transmit() {
-            if let Some((_, dev)) = self.devices.get(usize::from(f.iface.0)) {
+            // The IP layer's own frames (ARP, ICMP, UDP) leave on the first queue.
+            if let Some((_, dev)) = self.device(f.iface, 0) {
                 dev.transmit(f.data);
             }
         }

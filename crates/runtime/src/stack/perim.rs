@@ -484,14 +484,14 @@ impl Perim {
             *remote.ip(),
         );
         if let Some((iface, mac)) = hop {
-            if let Some(dev) = st.device(iface) {
+            if let Some((src, dev)) = st.device(iface, self.id) {
                 let eth = EthernetRepr {
                     dst: mac,
-                    src: dev.0,
+                    src,
                     ethertype: ethertype::IPV4,
                 };
                 eth.emit(&mut f[..ETHERNET_HEADER_LEN]);
-                dev.1.transmit(f);
+                dev.transmit(f);
                 return None;
             }
         }
