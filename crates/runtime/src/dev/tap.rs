@@ -290,7 +290,7 @@ impl Tap {
         let mtu = (r.value as u32).clamp(68, 65_535);
         let mut r = IfReq::new(&cfg.name)?;
         ifr_ioctl(ctl.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r)?;
-        let up = libc::IFF_UP as i32;
+        let up = libc::IFF_UP;
         if r.value & up == 0 {
             // `ifr_flags` is a short: keep the upper half of the int as it came.
             r.value |= up;
