@@ -3,10 +3,16 @@
 //! * `ember bench` — the benchmark suite: ember against the kernel's sockets in one run.
 //! * `ember sim` — run TCP connections through the deterministic network simulator
 //!   (impaired in-memory links, virtual time) and check every byte.
+//! * `ember serve` — ember on a real link (TAP or AF_PACKET), serving ICMP echo, echo,
+//!   discard, chargen, HTTP/1.1 and iperf3 to the kernel's tools.
+//! * `ember client` — ember's HTTP and bulk clients on a real link.
 //! * `ember ndd` — list the tunables with their defaults, ranges and meanings, or check
 //!   a setting.
 
 mod bench;
+mod client;
+mod link;
+mod serve;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +35,11 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Run TCP connections through the deterministic network simulator.
     Sim(sim::SimArgs),
+    /// Run ember on a TAP interface or an AF_PACKET socket, serving echo, discard,
+    /// chargen, HTTP and iperf3.
+    Serve(serve::ServeArgs),
+    /// ember's clients on a real link: an HTTP GET, bulk send or receive.
+    Client(client::ClientArgs),
     /// List tunables (ndd-style), or validate NAME=VALUE settings.
     Ndd {
         /// Show only this tunable, or check NAME=VALUE.
@@ -41,6 +52,8 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Bench(a) => bench::main(a),
         Cmd::Sim(a) => sim::main(a),
+        Cmd::Serve(a) => serve::main(a),
+        Cmd::Client(a) => client::main(a),
         Cmd::Ndd { names } => ndd(&names),
     }
 }

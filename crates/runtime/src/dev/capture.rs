@@ -83,6 +83,11 @@ struct Sink {
 /// A device whose frames, both ways, are also written to a pcap file.
 pub struct Capture {
     inner: Arc<dyn Device>,
+    shared: Arc<Shared>,
+}
+
+/// The file and counters, shared by the captures of several queues of one interface.
+struct Shared {
     sink: Mutex<Sink>,
     opts: CaptureOptions,
     captured: AtomicU64,
@@ -133,30 +138,41 @@ impl Capture {
         out.clone().flush()?;
         Ok(Capture {
             inner,
-            sink: Mutex::new(Sink {
-                w: Some(w),
-                out,
-                error: None,
-                bytes: FILE_HEADER,
+            shared: Arc::new(Shared {
+                sink: Mutex::new(Sink {
+                    w: Some(w),
+                    out,
+                    error: None,
+                    bytes: FILE_HEADER,
+                }),
+                opts,
+                captured: AtomicU64::new(0),
+                not_captured: AtomicU64::new(0),
             }),
-            opts,
-            captured: AtomicU64::new(0),
-            not_captured: AtomicU64::new(0),
         })
     }
 
+    /// Wraps another device (another queue of the same interface) writing into the same
+    /// file, with the same options and counters.
+    pub fn share(&self, inner: Arc<dyn Device>) -> Capture {
+        Capture {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+
     fn sink(&self) -> std::sync::MutexGuard<'_, Sink> {
-        self.sink.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.sink.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn record(&self, frame: &[u8]) {
         let mut s = self.sink();
-        let keep = frame.len().min(self.opts.snaplen as usize);
+        let keep = frame.len().min(self.shared.opts.snaplen as usize);
         let size = RECORD_HEADER + keep as u64;
-        let over = self.opts.max_bytes.is_some_and(|m| s.bytes + size > m);
+        let over = self.shared.opts.max_bytes.is_some_and(|m| s.bytes + size > m);
         if s.w.is_none() || over {
             drop(s);
-            self.not_captured.fetch_add(1, Ordering::Relaxed);
+            self.shared.not_captured.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let ts = SystemTime::now()
@@ -168,12 +184,12 @@ impl Capture {
         match res {
             Some(Ok(_)) => {
                 s.bytes += size;
-                self.captured.fetch_add(1, Ordering::Relaxed);
+                self.shared.captured.fetch_add(1, Ordering::Relaxed);
             }
             Some(Err(e)) => {
                 s.error = Some(e.to_string());
                 s.w = None;
-                self.not_captured.fetch_add(1, Ordering::Relaxed);
+                self.shared.not_captured.fetch_add(1, Ordering::Relaxed);
             }
             None => {}
         }
@@ -193,8 +209,8 @@ impl Capture {
     /// The counters.
     pub fn stats(&self) -> CaptureStats {
         CaptureStats {
-            captured: self.captured.load(Ordering::Relaxed),
-            not_captured: self.not_captured.load(Ordering::Relaxed),
+            captured: self.shared.captured.load(Ordering::Relaxed),
+            not_captured: self.shared.not_captured.load(Ordering::Relaxed),
             bytes: self.sink().bytes,
         }
     }

@@ -1,0 +1,811 @@
+//! The interop suite: ember against a TCP it did not write.
+//!
+//! Runs as root (tests/interop/run calls it; `.ci/run` calls that). It creates one network
+//! namespace with two persistent TAP interfaces in it, kernel side addressed in
+//! 198.18.0.0/15 only:
+//!
+//! * `etap0` (multi-queue), kernel 198.18.0.1/24, where `ember serve` runs as 198.18.0.2;
+//! * `etap1`, kernel 198.18.1.1/24, where `ember client` runs as 198.18.1.2.
+//!
+//! and then checks, each step bounded in time (a step that overruns is killed and fails):
+//! ping; curl of 1 MB and 100 MB against `X-SHA256`; curl to a closed port refused at
+//! once; wrk with no socket errors and no non-2xx; nc to discard and socat through echo
+//! (with half-close) byte-exact; iperf3 plain, `-R` and `-P 4` (throughput recorded), with
+//! offload off and on; ember's client against `python3 -m http.server` and bulk both ways
+//! against socat; the same transfers with ember-side impairment (1% loss, 1% reorder,
+//! 10 ms delay); and a tshark reading of a capture: SYN options, the FIN within 1 ms of the
+//! last data, no malformed packets or errors in the expert info. ember serve must exit
+//! cleanly (status 0) on SIGTERM after each phase.
+//!
+//! The namespace is deleted at the end, also when a step fails. Figures go to a JSON file
+//! (`--json`, default target/interop.json) and a table on stdout; the exit status is
+//! non-zero if any step failed.
+
+use ember_runtime::dev::netns::{privileged, run_bounded, NetNs};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const SERVE: &str = "198.18.0.2";
+const CLIENT_ADDR: &str = "198.18.1.2/24";
+const KERNEL1: &str = "198.18.1.1";
+
+struct Ctx {
+    ember: PathBuf,
+    ns: NetNs,
+    dir: PathBuf,
+    results: Vec<(String, Result<Value, String>, f64)>,
+}
+
+/// A running `ember serve`.
+struct Serve {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+}
+
+fn sh(ns: &NetNs, script: &str, limit: Duration) -> Result<(String, String), String> {
+    let o = run_bounded(ns.command("sh").args(["-c", script]), limit)
+        .map_err(|e| format!("`{script}`: {e}"))?;
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    if !o.status.success() {
+        return Err(format!(
+            "`{script}` exited {}: {}{}",
+            o.status,
+            tail(&out),
+            tail(&err)
+        ));
+    }
+    Ok((out, err))
+}
+
+fn tail(s: &str) -> String {
+    let t: Vec<&str> = s.lines().rev().take(8).collect();
+    t.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+fn sha256_file(path: &Path) -> Result<String, String> {
+    let o = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
+        .ok_or_else(|| format!("sha256sum {}: no output", path.display()))
+}
+
+impl Ctx {
+    fn step(&mut self, name: &str, f: impl FnOnce(&mut Ctx) -> Result<Value, String>) {
+        let t = Instant::now();
+        eprintln!("-- {name}");
+        let r = f(self);
+        let secs = t.elapsed().as_secs_f64();
+        match &r {
+            Ok(v) => eprintln!("   ok ({secs:.1} s) {v}"),
+            Err(e) => eprintln!("   FAILED ({secs:.1} s): {e}"),
+        }
+        self.results.push((name.to_string(), r, secs));
+    }
+
+    fn serve(&self, extra: &[&str]) -> Result<Serve, String> {
+        let mut args: Vec<String> = vec![
+            "netns".into(),
+            "exec".into(),
+            self.ns.name().into(),
+            self.ember.display().to_string(),
+            "serve".into(),
+            "--tap".into(),
+            "etap0".into(),
+            "--addr".into(),
+            format!("{SERVE}/24"),
+            "--squeues".into(),
+            "2".into(),
+            "--queues".into(),
+            "2".into(),
+            "--root".into(),
+            self.dir.join("www").display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut child = Command::new("ip")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("ember serve: {e}"))?;
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let err = child.stderr.take().ok_or("no stderr")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let (etx, erx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = etx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l == "ready" => break,
+                Ok(l) => eprintln!("   serve: {l}"),
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let e: Vec<String> = erx.try_iter().collect();
+                    return Err(format!(
+                        "ember serve did not get ready in 20 s: {}",
+                        e.join("\n")
+                    ));
+                }
+            }
+        }
+        // Keep draining stdout so serve never blocks on it.
+        std::thread::spawn(move || for _ in rx {});
+        Ok(Serve { child, stderr: erx })
+    }
+
+    /// SIGTERM, then a clean exit within 10 s.
+    fn stop(&self, mut s: Serve) -> Result<Value, String> {
+        let t = Instant::now();
+        // `ip netns exec` execs ember, so the child's pid is ember's.
+        // SAFETY: kill(2) takes no pointers; the pid is our unreaped child's.
+        unsafe { libc_kill(s.child.id() as i32, 15) };
+        let (tx, rx) = mpsc::channel();
+        let pid = s.child.id();
+        std::thread::spawn(move || {
+            let _ = tx.send(s.child.wait());
+        });
+        let status = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(st)) => st,
+            _ => {
+                // SAFETY: as above.
+                unsafe { libc_kill(pid as i32, 9) };
+                return Err("ember serve did not exit within 10 s of SIGTERM".into());
+            }
+        };
+        let err: Vec<String> = s.stderr.try_iter().collect();
+        if !status.success() {
+            return Err(format!("ember serve exited {status}: {}", err.join("\n")));
+        }
+        let counters: Vec<&String> = err
+            .iter()
+            .filter(|l| l.starts_with("tap ") || l.starts_with("capture:"))
+            .collect();
+        Ok(json!({"exit": "clean", "seconds": t.elapsed().as_secs_f64(), "counters": counters}))
+    }
+
+    fn client(&self, extra: &[&str], args: &[&str], limit: Duration) -> Result<Value, String> {
+        let mut cmd = self.ns.command(&self.ember.display().to_string());
+        cmd.args(["client", "--tap", "etap1", "--addr", CLIENT_ADDR, "--squeues", "2", "--queues", "1"]);
+        cmd.args(extra);
+        cmd.args(args);
+        let o = run_bounded(&mut cmd, limit).map_err(|e| format!("ember client: {e}"))?;
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        if !o.status.success() {
+            return Err(format!(
+                "ember client {args:?} exited {}: {}",
+                o.status,
+                tail(&String::from_utf8_lossy(&o.stderr))
+            ));
+        }
+        let line = out.lines().last().unwrap_or("");
+        serde_json::from_str(line).map_err(|e| format!("ember client output {line:?}: {e}"))
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+// ---------------------------------------------------------------------------------------
+// Steps against `ember serve`.
+
+fn ping(c: &mut Ctx) -> Result<Value, String> {
+    let (out, _) = sh(
+        &c.ns,
+        &format!("ping -c 100 -i 0.01 -W 2 {SERVE}"),
+        Duration::from_secs(30),
+    )?;
+    let line = out
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .ok_or("no ping summary")?;
+    let received: u32 = line
+        .split(',')
+        .nth(1)
+        .and_then(|p| p.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("cannot read {line:?}"))?;
+    let rtt = out
+        .lines()
+        .find(|l| l.starts_with("rtt"))
+        .unwrap_or("")
+        .to_string();
+    if received != 100 {
+        return Err(format!("{received}/100 replies ({line})"));
+    }
+    Ok(json!({"replies": received, "rtt": rtt}))
+}
+
+fn curl_bytes(c: &mut Ctx, n: u64, limit: Duration) -> Result<Value, String> {
+    let body = c.dir.join(format!("body-{n}"));
+    let hdr = c.dir.join(format!("hdr-{n}"));
+    let (out, _) = sh(
+        &c.ns,
+        &format!(
+            "curl -sS --max-time {} -D {} -o {} -w '%{{http_code}} %{{speed_download}}' http://{SERVE}/bytes/{n}",
+            limit.as_secs(),
+            hdr.display(),
+            body.display()
+        ),
+        limit + Duration::from_secs(5),
+    )?;
+    let mut it = out.split_whitespace();
+    let code = it.next().unwrap_or("");
+    let speed: f64 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    if code != "200" {
+        return Err(format!("status {code}"));
+    }
+    let headers = std::fs::read_to_string(&hdr).map_err(|e| e.to_string())?;
+    let want = headers
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("x-sha256")
+                .then(|| v.trim().to_ascii_lowercase())
+        })
+        .ok_or("no X-SHA256 header")?;
+    let got = sha256_file(&body)?;
+    let len = std::fs::metadata(&body).map_err(|e| e.to_string())?.len();
+    let _ = std::fs::remove_file(&body);
+    if got != want || len != n {
+        return Err(format!("{len} bytes, sha256 {got}, X-SHA256 {want}"));
+    }
+    Ok(json!({"bytes": n, "sha256_ok": true, "mbit_s": speed * 8.0 / 1e6}))
+}
+
+fn closed_port(c: &mut Ctx) -> Result<Value, String> {
+    let t = Instant::now();
+    let o = run_bounded(
+        c.ns
+            .command("curl")
+            .args(["-sS", "--max-time", "5", &format!("http://{SERVE}:81/")]),
+        Duration::from_secs(10),
+    )
+    .map_err(|e| e.to_string())?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let err = String::from_utf8_lossy(&o.stderr);
+    // curl's exit code 7: failed to connect (refused).
+    if o.status.code() != Some(7) || !err.contains("refused") {
+        return Err(format!("curl exited {:?}: {}", o.status.code(), err.trim()));
+    }
+    if ms > 1000.0 {
+        return Err(format!("refused only after {ms:.0} ms"));
+    }
+    Ok(json!({"refused_ms": ms}))
+}
+
+fn wrk(c: &mut Ctx) -> Result<Value, String> {
+    let (out, _) = sh(
+        &c.ns,
+        &format!("wrk -t2 -c50 -d5s --timeout 5s http://{SERVE}/bytes/1024"),
+        Duration::from_secs(30),
+    )?;
+    if out.contains("Socket errors") {
+        return Err(format!("wrk saw socket errors:\n{}", tail(&out)));
+    }
+    if out.contains("Non-2xx") {
+        return Err(format!("wrk saw non-2xx responses:\n{}", tail(&out)));
+    }
+    let rps: f64 = out
+        .lines()
+        .find(|l| l.starts_with("Requests/sec:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no Requests/sec in:\n{out}"))?;
+    let requests: u64 = out
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if requests == 0 {
+        return Err(format!("no requests completed:\n{out}"));
+    }
+    Ok(json!({"requests": requests, "requests_per_s": rps}))
+}
+
+fn make_file(c: &Ctx, name: &str, mb: u64) -> Result<(PathBuf, String), String> {
+    let p = c.dir.join(name);
+    if !p.exists() {
+        let st = Command::new("head")
+            .args(["-c", &format!("{}", mb << 20)])
+            .arg("/dev/urandom")
+            .stdout(std::fs::File::create(&p).map_err(|e| e.to_string())?)
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !st.success() {
+            return Err("head /dev/urandom failed".into());
+        }
+    }
+    let s = sha256_file(&p)?;
+    Ok((p, s))
+}
+
+fn discard(c: &mut Ctx, mb: u64) -> Result<Value, String> {
+    let (f, _) = make_file(c, &format!("rand-{mb}m"), mb)?;
+    let t = Instant::now();
+    sh(
+        &c.ns,
+        &format!("nc -N -w 20 {SERVE} 9 < {}", f.display()),
+        Duration::from_secs(60),
+    )?;
+    let s = t.elapsed().as_secs_f64();
+    Ok(json!({"bytes": mb << 20, "mbit_s": (mb << 20) as f64 * 8.0 / s / 1e6}))
+}
+
+fn echo(c: &mut Ctx, mb: u64) -> Result<Value, String> {
+    let (f, want) = make_file(c, &format!("rand-{mb}m"), mb)?;
+    let out = c.dir.join(format!("echo-out-{mb}"));
+    let t = Instant::now();
+    // socat half-closes its write side at the end of the file, then waits (-t) for
+    // echo's own FIN after the last echoed byte.
+    sh(
+        &c.ns,
+        &format!(
+            "socat -t 30 -T 30 - TCP:{SERVE}:7 < {} > {}",
+            f.display(),
+            out.display()
+        ),
+        Duration::from_secs(90),
+    )?;
+    let s = t.elapsed().as_secs_f64();
+    let got = sha256_file(&out)?;
+    let _ = std::fs::remove_file(&out);
+    if got != want {
+        return Err(format!("echoed sha256 {got} != sent {want}"));
+    }
+    Ok(json!({"bytes": mb << 20, "sha256_ok": true, "seconds": s}))
+}
+
+fn iperf3(c: &mut Ctx, args: &str) -> Result<Value, String> {
+    let (out, _) = sh(
+        &c.ns,
+        &format!("iperf3 -c {SERVE} -t 5 -J {args}"),
+        Duration::from_secs(40),
+    )?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| format!("iperf3 -J output: {e}"))?;
+    if let Some(e) = v.get("error") {
+        return Err(format!("iperf3: {e}"));
+    }
+    let recv = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .ok_or("no end.sum_received.bits_per_second")?;
+    let sent = v["end"]["sum_sent"]["bits_per_second"].as_f64().unwrap_or(0.0);
+    let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    if recv <= 0.0 {
+        return Err("0 bits/s".into());
+    }
+    Ok(json!({"args": args, "received_gbit_s": recv / 1e9, "sent_gbit_s": sent / 1e9, "retransmits": retr}))
+}
+
+// ---------------------------------------------------------------------------------------
+// ember's client against the kernel.
+
+fn client_http(c: &mut Ctx, extra: &[&str]) -> Result<Value, String> {
+    let (_, want) = make_file(c, "www/file-20m.bin", 20)?;
+    let out = c.dir.join("client-http-out");
+    let v = c.client(
+        extra,
+        &[
+            "http",
+            &format!("http://{KERNEL1}:8000/file-20m.bin"),
+            "--out",
+            &out.display().to_string(),
+        ],
+        Duration::from_secs(90),
+    )?;
+    let got = sha256_file(&out)?;
+    let _ = std::fs::remove_file(&out);
+    if v["sha256"].as_str() != Some(want.as_str()) || got != want {
+        return Err(format!("client saw {v}, file sha256 {got}, want {want}"));
+    }
+    Ok(v)
+}
+
+fn client_send(c: &mut Ctx, extra: &[&str], mb: u64) -> Result<Value, String> {
+    let sink = c.dir.join("kernel-recv");
+    let _ = std::fs::remove_file(&sink);
+    let mut srv = c
+        .ns
+        .command("socat")
+        .args([
+            "-u",
+            &format!("TCP-LISTEN:9000,bind={KERNEL1},reuseaddr"),
+            &format!("CREATE:{}", sink.display()),
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    wait_listening(&c.ns, 9000)?;
+    let r = c.client(
+        extra,
+        &[
+            "send",
+            &format!("{KERNEL1}:9000"),
+            "--bytes",
+            &format!("{}", mb << 20),
+        ],
+        Duration::from_secs(90),
+    );
+    let done = wait_child(&mut srv, Duration::from_secs(20));
+    let v = r?;
+    done?;
+    let got = sha256_file(&sink)?;
+    let _ = std::fs::remove_file(&sink);
+    if v["sent_sha256"].as_str() != Some(got.as_str()) {
+        return Err(format!("kernel received sha256 {got}, ember sent {v}"));
+    }
+    Ok(v)
+}
+
+fn client_recv(c: &mut Ctx, extra: &[&str]) -> Result<Value, String> {
+    let (f, want) = make_file(c, "rand-20m", 20)?;
+    let mut srv = c
+        .ns
+        .command("socat")
+        .args([
+            "-u",
+            &format!("OPEN:{}", f.display()),
+            &format!("TCP-LISTEN:9001,bind={KERNEL1},reuseaddr"),
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    wait_listening(&c.ns, 9001)?;
+    let r = c.client(
+        extra,
+        &["recv", &format!("{KERNEL1}:9001")],
+        Duration::from_secs(90),
+    );
+    let done = wait_child(&mut srv, Duration::from_secs(20));
+    let v = r?;
+    done?;
+    if v["received_sha256"].as_str() != Some(want.as_str()) {
+        return Err(format!("ember received {v}, file sha256 {want}"));
+    }
+    Ok(v)
+}
+
+/// Waits until a kernel socket listens on `port` in the namespace (bounded).
+fn wait_listening(ns: &NetNs, port: u16) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok((out, _)) = sh(ns, "ss -Hltn", Duration::from_secs(5)) {
+            if out.contains(&format!(":{port} ")) {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("nothing listens on port {port} after 10 s"))
+}
+
+fn wait_child(ch: &mut Child, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match ch.try_wait() {
+            Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) => return Err(format!("kernel-side peer exited {s}")),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = ch.kill();
+                let _ = ch.wait();
+                return Err("kernel-side peer did not finish in time".into());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The capture, read by tshark.
+
+fn tshark_fields(cap: &Path, filter: &str, fields: &[&str]) -> Result<Vec<Vec<String>>, String> {
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r"]).arg(cap).args(["-Y", filter, "-T", "fields", "-E", "separator=|"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let o = run_bounded(&mut cmd, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    if !o.status.success() {
+        return Err(format!("tshark: {}", String::from_utf8_lossy(&o.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split('|').map(str::to_string).collect())
+        .collect())
+}
+
+fn capture_checks(cap: &Path) -> Result<Value, String> {
+    // SYN options, both ways.
+    let syns = tshark_fields(
+        cap,
+        "tcp.flags.syn==1",
+        &[
+            "ip.src",
+            "tcp.options.mss_val",
+            "tcp.options.wscale.shift",
+            "tcp.options.sack_perm",
+            "tcp.options.timestamp.tsval",
+        ],
+    )?;
+    let ember_synack = syns
+        .iter()
+        .find(|r| r[0] == SERVE)
+        .ok_or("no SYN-ACK from ember in the capture")?;
+    for (i, name) in ["MSS", "window scale", "SACK permitted", "timestamps"]
+        .iter()
+        .enumerate()
+    {
+        if ember_synack.get(i + 1).is_none_or(|v| v.is_empty()) {
+            return Err(format!("ember's SYN-ACK has no {name} option: {ember_synack:?}"));
+        }
+    }
+    // The FIN leaves within 1 ms of the last data (seed 001): every ember FIN.
+    let segs = tshark_fields(
+        cap,
+        &format!("ip.src=={SERVE} && tcp"),
+        &["tcp.stream", "frame.time_epoch", "tcp.len", "tcp.flags.fin"],
+    )?;
+    let mut last_data: std::collections::HashMap<String, f64> = Default::default();
+    let mut worst_gap_ms: f64 = 0.0;
+    let mut fins = 0;
+    for r in &segs {
+        let (stream, t, len, fin) = (
+            r[0].clone(),
+            r[1].parse::<f64>().unwrap_or(0.0),
+            r[2].parse::<u64>().unwrap_or(0),
+            r[3] == "1" || r[3] == "True",
+        );
+        if fin {
+            fins += 1;
+            if let Some(d) = last_data.get(&stream) {
+                worst_gap_ms = worst_gap_ms.max((t - d) * 1e3);
+            }
+        }
+        if len > 0 {
+            last_data.insert(stream, t);
+        }
+    }
+    if fins == 0 {
+        return Err("no FIN from ember in the capture".into());
+    }
+    if worst_gap_ms > 1.0 {
+        return Err(format!(
+            "a FIN left {worst_gap_ms:.3} ms after the connection's last data (limit 1 ms)"
+        ));
+    }
+    // tshark's expert info: no malformed packets, no errors.
+    let o = run_bounded(
+        Command::new("tshark")
+            .args(["-n", "-q", "-r"])
+            .arg(cap)
+            .args(["-z", "expert,error"]),
+        Duration::from_secs(60),
+    )
+    .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let malformed = tshark_fields(cap, "_ws.malformed || _ws.expert.severity==error", &["frame.number"])?;
+    if !malformed.is_empty() {
+        return Err(format!(
+            "tshark flags {} frames as malformed or errors:\n{}",
+            malformed.len(),
+            tail(&text)
+        ));
+    }
+    Ok(json!({
+        "synack_options": {"mss": ember_synack[1], "wscale": ember_synack[2], "sack_perm": ember_synack[3], "tsval": ember_synack[4]},
+        "fins": fins,
+        "worst_fin_after_last_data_ms": worst_gap_ms,
+        "expert_errors": 0,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut ember = PathBuf::from("target/release/ember");
+    let mut json_out = PathBuf::from("target/interop.json");
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--ember" => ember = args.next().map(PathBuf::from).unwrap_or(ember),
+            "--json" => json_out = args.next().map(PathBuf::from).unwrap_or(json_out),
+            _ => {
+                eprintln!("usage: ember-interop [--ember PATH] [--json FILE]");
+                std::process::exit(2);
+            }
+        }
+    }
+    if let Err(why) = privileged() {
+        println!("interop suite skipped: {why}");
+        return;
+    }
+    let missing: Vec<&str> = [
+        "ping", "curl", "wrk", "nc", "socat", "iperf3", "tshark", "python3", "sha256sum", "ss",
+    ]
+    .into_iter()
+    .filter(|t| {
+        !Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+    .collect();
+    if !missing.is_empty() {
+        eprintln!("interop suite: missing tools {missing:?} (tests/interop/run installs them)");
+        std::process::exit(1);
+    }
+    let ember = std::fs::canonicalize(&ember).unwrap_or_else(|e| {
+        eprintln!("interop suite: ember binary {}: {e}", ember.display());
+        std::process::exit(1);
+    });
+    let ns = match NetNs::create(&format!("ember-interop-{}", std::process::id())) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("interop suite: cannot create a namespace: {e}");
+            std::process::exit(1);
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("ember-interop-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(dir.join("www"));
+    let mut c = Ctx {
+        ember,
+        ns,
+        dir: dir.clone(),
+        results: Vec::new(),
+    };
+    let started = Instant::now();
+    if let Err(e) = run_all(&mut c) {
+        c.results.push(("setup".into(), Err(e), 0.0));
+    }
+    let failed: Vec<&String> = c
+        .results
+        .iter()
+        .filter(|(_, r, _)| r.is_err())
+        .map(|(n, _, _)| n)
+        .collect();
+    println!("\n{:<44} {:>8}  result", "step", "seconds");
+    for (n, r, s) in &c.results {
+        match r {
+            Ok(v) => println!("{n:<44} {s:>8.1}  ok {v}"),
+            Err(e) => println!("{n:<44} {s:>8.1}  FAILED {e}"),
+        }
+    }
+    let doc = json!({
+        "suite": "interop",
+        "seconds": started.elapsed().as_secs_f64(),
+        "passed": c.results.len() - failed.len(),
+        "failed": failed.len(),
+        "steps": c.results.iter().map(|(n, r, s)| match r {
+            Ok(v) => json!({"step": n, "ok": true, "seconds": s, "detail": v}),
+            Err(e) => json!({"step": n, "ok": false, "seconds": s, "error": e}),
+        }).collect::<Vec<_>>(),
+    });
+    if let Some(p) = json_out.parent() {
+        let _ = std::fs::create_dir_all(p);
+    }
+    let _ = std::fs::write(&json_out, serde_json::to_string_pretty(&doc).unwrap_or_default());
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(c);
+    println!(
+        "\ninterop: {} steps, {} failed, {:.0} s; figures in {}",
+        doc["passed"].as_u64().unwrap_or(0) + failed.len() as u64,
+        failed.len(),
+        started.elapsed().as_secs_f64(),
+        json_out.display()
+    );
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+fn run_all(c: &mut Ctx) -> Result<(), String> {
+    let ns = &c.ns;
+    ns.ip(&["tuntap", "add", "dev", "etap0", "mode", "tap", "multi_queue"]).map_err(|e| e.to_string())?;
+    ns.ip(&["addr", "add", "198.18.0.1/24", "dev", "etap0"]).map_err(|e| e.to_string())?;
+    ns.ip(&["link", "set", "etap0", "up"]).map_err(|e| e.to_string())?;
+    ns.ip(&["tuntap", "add", "dev", "etap1", "mode", "tap"]).map_err(|e| e.to_string())?;
+    ns.ip(&["addr", "add", "198.18.1.1/24", "dev", "etap1"]).map_err(|e| e.to_string())?;
+    ns.ip(&["link", "set", "etap1", "up"]).map_err(|e| e.to_string())?;
+
+    // Phase 1: ember serve, offload off.
+    let s = c.serve(&["--offload", "false"])?;
+    c.step("ping -c 100", ping);
+    c.step("curl /bytes/1000000", |c| curl_bytes(c, 1_000_000, Duration::from_secs(30)));
+    c.step("curl /bytes/100000000", |c| curl_bytes(c, 100_000_000, Duration::from_secs(120)));
+    c.step("curl to a closed port: refused", closed_port);
+    c.step("wrk -t2 -c50 -d5s", wrk);
+    c.step("nc 20 MB to discard", |c| discard(c, 20));
+    c.step("socat 20 MB through echo (half-close)", |c| echo(c, 20));
+    c.step("iperf3 -c (offload off)", |c| iperf3(c, ""));
+    c.step("iperf3 -c -R (offload off)", |c| iperf3(c, "-R"));
+    c.step("iperf3 -c -P 4 (offload off)", |c| iperf3(c, "-P 4"));
+    let r = c.stop(s);
+    c.results.push(("ember serve: clean exit on SIGTERM".into(), r, 0.0));
+
+    // Phase 2: offload on (virtio-net header, checksum and TSO).
+    let s = c.serve(&["--offload", "true"])?;
+    c.step("curl /bytes/100000000 (offload on)", |c| curl_bytes(c, 100_000_000, Duration::from_secs(120)));
+    c.step("iperf3 -c (offload on)", |c| iperf3(c, ""));
+    c.step("iperf3 -c -R (offload on)", |c| iperf3(c, "-R"));
+    c.step("iperf3 -c -P 4 (offload on)", |c| iperf3(c, "-P 4"));
+    let r = c.stop(s);
+    c.results.push(("ember serve (offload): clean exit".into(), r, 0.0));
+
+    // Phase 3: a capture, read by tshark.
+    let cap = c.dir.join("serve.pcap");
+    let cap_s = cap.display().to_string();
+    let s = c.serve(&["--capture", &cap_s])?;
+    c.step("capture: curl with Connection: close", |c| {
+        sh(
+            &c.ns,
+            &format!("curl -sS --max-time 20 -H 'Connection: close' -o /dev/null http://{SERVE}/bytes/300000 && curl -sS --max-time 20 -o /dev/null http://{SERVE}/bytes/5000"),
+            Duration::from_secs(30),
+        )
+        .map(|_| json!({}))
+    });
+    let r = c.stop(s);
+    c.results.push(("ember serve (capture): clean exit".into(), r, 0.0));
+    c.step("tshark: SYN options, FIN timing, expert info", |_| capture_checks(&cap));
+
+    // Phase 4: ember's client against the kernel.
+    let www = c.dir.join("www");
+    let mut http = c
+        .ns
+        .command("python3")
+        .args(["-m", "http.server", "8000", "--bind", KERNEL1, "--directory"])
+        .arg(&www)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("python3 http.server: {e}"))?;
+    let ready = wait_listening(&c.ns, 8000);
+    if let Err(e) = ready {
+        let _ = http.kill();
+        return Err(e);
+    }
+    c.step("ember client http from python3 http.server (20 MB)", |c| client_http(c, &[]));
+    c.step("ember client send 20 MB to socat", |c| client_send(c, &[], 20));
+    c.step("ember client recv 20 MB from socat", |c| client_recv(c, &[]));
+
+    // Phase 5: the same with ember-side impairment.
+    let imp = ["--impair", "loss=1%,reorder=1%,delay=10ms,seed=5"];
+    c.step("impaired: ember client http (20 MB)", |c| client_http(c, &imp));
+    c.step("impaired: ember client send 5 MB", |c| client_send(c, &imp, 5));
+    c.step("impaired: ember client recv 20 MB", |c| client_recv(c, &imp));
+    let _ = http.kill();
+    let _ = http.wait();
+    let s = c.serve(&imp)?;
+    c.step("impaired: curl /bytes/1000000", |c| curl_bytes(c, 1_000_000, Duration::from_secs(60)));
+    c.step("impaired: curl /bytes/10000000", |c| curl_bytes(c, 10_000_000, Duration::from_secs(120)));
+    c.step("impaired: socat 5 MB through echo", |c| echo(c, 5));
+    c.step("impaired: ping -c 100", ping);
+    let r = c.stop(s);
+    c.results.push(("ember serve (impaired): clean exit".into(), r, 0.0));
+    Ok(())
+}
