@@ -9,6 +9,14 @@
 //!
 //! * [`server`]: the accept loop shared by every TCP service: one thread per connection,
 //!   a bound on live connections, and a stop flag that closes everything (SIGINT/SIGTERM).
+//! * [`simple`]: echo (RFC 862), discard (RFC 863) and chargen (RFC 864).
+//! * [`http`]: an HTTP/1.1 server: `/bytes/N` (pseudo-random bytes with their SHA-256 in
+//!   `X-SHA256`), files below a root, keep-alive and pipelining, bounded heads and bodies.
+//! * [`client`]: `ember client`: an HTTP GET (Content-Length, chunked, or to the close)
+//!   and bulk send/receive with SHA-256 on both sides.
 
+pub mod client;
+pub mod http;
 pub mod net;
 pub mod server;
+pub mod simple;
