@@ -288,7 +288,6 @@ fn start_service(
     use ember_apps::net::Net;
     let l = net.listen(at)?;
     let stats = Arc::new(ServiceStats::default());
-    let _ = &s.root;
     match name {
         "echo" => spawn_service(name, l, stop.clone(), s.max_conns, stats, |c| {
             ember_apps::simple::echo(c)
@@ -299,6 +298,13 @@ fn start_service(
         "chargen" => spawn_service(name, l, stop.clone(), s.max_conns, stats, |c| {
             ember_apps::simple::chargen(c)
         }),
+        "http" => {
+            let srv = ember_apps::http::HttpServer::new(ember_apps::http::HttpConfig {
+                root: s.root.clone(),
+                ..ember_apps::http::HttpConfig::default()
+            })?;
+            spawn_service(name, l, stop.clone(), s.max_conns, stats, srv.handler())
+        }
         _ => Err(std::io::Error::other(format!("no service {name}"))),
     }
 }

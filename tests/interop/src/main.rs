@@ -111,6 +111,9 @@ impl Ctx {
             self.dir.join("www").display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        if let Ok(x) = std::env::var("EMBER_INTEROP_SERVE_ARGS") {
+            args.extend(x.split_whitespace().map(str::to_string));
+        }
         let mut child = Command::new("ip")
             .args(&args)
             .stdin(Stdio::null())
@@ -682,11 +685,11 @@ fn main() {
     if let Err(e) = run_all(&mut c) {
         c.results.push(("setup".into(), Err(e), 0.0));
     }
-    let failed: Vec<&String> = c
+    let failed: Vec<String> = c
         .results
         .iter()
         .filter(|(_, r, _)| r.is_err())
-        .map(|(n, _, _)| n)
+        .map(|(n, _, _)| n.clone())
         .collect();
     println!("\n{:<44} {:>8}  result", "step", "seconds");
     for (n, r, s) in &c.results {
