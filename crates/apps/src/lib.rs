@@ -9,6 +9,9 @@
 //!
 //! * [`server`]: the accept loop shared by every TCP service: one thread per connection,
 //!   a bound on live connections, and a stop flag that closes everything (SIGINT/SIGTERM).
+//! * [`iperf3`]: the iperf3 server protocol (TCP; one test at a time, `-P`, `-R`, `--bidir`,
+//!   `-n`/`-k`/`-t`), so the stock `iperf3 -c` measures ember, and a client of it.
 
+pub mod iperf3;
 pub mod net;
 pub mod server;
