@@ -14,9 +14,12 @@
 //!   `X-SHA256`), files below a root, keep-alive and pipelining, bounded heads and bodies.
 //! * [`client`]: `ember client`: an HTTP GET (Content-Length, chunked, or to the close)
 //!   and bulk send/receive with SHA-256 on both sides.
+//! * [`iperf3`]: the iperf3 server protocol (TCP; one test at a time, `-P`, `-R`, `--bidir`,
+//!   `-n`/`-k`/`-t`), so the stock `iperf3 -c` measures ember, and a client of it.
 
 pub mod client;
 pub mod http;
+pub mod iperf3;
 pub mod net;
 pub mod server;
 pub mod simple;
