@@ -28,6 +28,8 @@
 //! * **Bounded and total.** No input panics; every queue is bounded (configured transmit
 //!   queue, a hard in-flight cap per wire, a bounded MAC table) and drops are counted.
 
+#[cfg(all(not(loom), target_os = "linux"))]
+pub mod afpacket;
 #[cfg(not(loom))]
 pub mod capture;
 pub mod device;
@@ -44,6 +46,8 @@ pub mod switch;
 pub mod tap;
 pub mod wire;
 
+#[cfg(all(not(loom), target_os = "linux"))]
+pub use afpacket::{AfPacket, AfPacketConfig, AfPacketCounters, RingConfig};
 #[cfg(not(loom))]
 pub use capture::{Capture, CaptureOptions, CaptureStats};
 pub use device::Device;

@@ -144,17 +144,18 @@ impl core::fmt::Debug for Tap {
     }
 }
 
-/// The `struct ifreq` fields we use: the name and one 16-bit or 32-bit value.
+/// The `struct ifreq` fields we use: the name and one 16-bit or 32-bit value (shared with
+/// the AF_PACKET device).
 #[repr(C)]
-struct IfReq {
-    name: [u8; libc::IFNAMSIZ],
+pub(super) struct IfReq {
+    pub(super) name: [u8; libc::IFNAMSIZ],
     /// `ifr_flags` (short) or `ifr_mtu` (int), as the ioctl wants.
-    value: i32,
-    _pad: [u8; 20],
+    pub(super) value: i32,
+    pub(super) _pad: [u8; 20],
 }
 
 impl IfReq {
-    fn new(name: &str) -> io::Result<IfReq> {
+    pub(super) fn new(name: &str) -> io::Result<IfReq> {
         let b = name.as_bytes();
         if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) || b.contains(&b'/') {
             return Err(io::Error::new(
@@ -173,7 +174,7 @@ impl IfReq {
 }
 
 /// `ioctl(fd, req, &mut r)`.
-fn ifr_ioctl(fd: RawFd, req: libc::c_ulong, r: &mut IfReq) -> io::Result<()> {
+pub(super) fn ifr_ioctl(fd: RawFd, req: libc::c_ulong, r: &mut IfReq) -> io::Result<()> {
     // SAFETY: `r` is a live, exclusively borrowed `struct ifreq`-sized (40 bytes) buffer;
     // the TUN and SIOC*IF* requests used here read and write only within it.
     let rc = unsafe { libc::ioctl(fd, req as _, r as *mut IfReq) };
@@ -195,7 +196,7 @@ fn int_ioctl(fd: RawFd, req: libc::c_ulong, value: libc::c_ulong) -> io::Result<
 }
 
 /// A socket for the SIOC*IF* requests (interface flags and MTU).
-fn ctl_socket() -> io::Result<OwnedFd> {
+pub(super) fn ctl_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); the descriptor is owned at once.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -351,14 +352,14 @@ impl Tap {
     }
 }
 
-/// The notifier's state, shared with the queue.
-struct Notify {
+/// The notifier's state, shared with the queue (and used alike by the AF_PACKET device).
+pub(super) struct Notify {
     /// True while the notifier may poll: the squeue has read the queue dry since the
     /// last wake-up.
-    armed: Mutex<bool>,
-    cv: Condvar,
-    stop: AtomicBool,
-    waker: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    pub(super) armed: Mutex<bool>,
+    pub(super) cv: Condvar,
+    pub(super) stop: AtomicBool,
+    pub(super) waker: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// One queue of a TAP interface: a [`Device`].
@@ -406,7 +407,7 @@ impl TapQueue {
         let (raw, raw_stop) = (fd.as_raw_fd(), stop_fd.as_raw_fd());
         let thread = std::thread::Builder::new()
             .name(format!("tap-{name}-q{i}"))
-            .spawn(move || notifier(raw, raw_stop, &n2, &s2))?;
+            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups))?;
         Ok(Arc::new(TapQueue {
             fd,
             stop_fd,
@@ -451,8 +452,8 @@ impl TapQueue {
 }
 
 /// The notifier thread: wait until armed, poll for a readable descriptor, wake the stack,
-/// disarm; until stopped.
-fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, stats: &TapStats) {
+/// disarm; until stopped. `wakeups` counts the wake-ups.
+pub(super) fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, wakeups: &AtomicU64) {
     loop {
         {
             let mut a = n.armed.lock().unwrap_or_else(|e| e.into_inner());
@@ -496,7 +497,7 @@ fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, stats: &TapStats) {
         }
         if pfd[0].revents & libc::POLLIN != 0 {
             *n.armed.lock().unwrap_or_else(|e| e.into_inner()) = false;
-            stats.wakeups.fetch_add(1, Ordering::Relaxed);
+            wakeups.fetch_add(1, Ordering::Relaxed);
             if let Some(w) = n.waker.get() {
                 w();
             }
