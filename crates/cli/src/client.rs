@@ -70,7 +70,10 @@ pub fn main(a: ClientArgs) -> ExitCode {
         }
     };
     if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
-        eprintln!("ember client: --timeout {}: must be > 0 and at most 3600 s", a.timeout);
+        eprintln!(
+            "ember client: --timeout {}: must be > 0 and at most 3600 s",
+            a.timeout
+        );
         return ExitCode::from(2);
     }
     let timeout = Duration::from_secs_f64(a.timeout);

@@ -4,8 +4,11 @@
 //! range); and starting a stack on the device they describe.
 
 use clap::Args;
+use ember_core::wire::MacAddr;
 use ember_runtime::dev::capture::{Capture, CaptureOptions};
-use ember_runtime::dev::{Device, ImpairConfig, Impaired, Tap, TapConfig};
+use ember_runtime::dev::{
+    AfPacket, AfPacketConfig, Device, ImpairConfig, Impaired, Tap, TapConfig,
+};
 use ember_runtime::{IfaceConfig, Stack};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -238,11 +241,9 @@ pub fn parse_impair(s: &str) -> Result<(ImpairConfig, u64), String> {
                     .parse()
                     .map_err(|_| format!("impair seed={v}: not an integer"))?
             }
-            _ => {
-                return Err(format!(
-                    "impair: unknown key {k:?} (loss dup reorder corrupt delay jitter rate queue seed)"
-                ))
-            }
+            _ => return Err(format!(
+                "impair: unknown key {k:?} (loss dup reorder corrupt delay jitter rate queue seed)"
+            )),
         }
     }
     c.validate().map_err(|e| format!("impair: {e}"))?;
@@ -254,6 +255,7 @@ pub struct Running {
     pub stack: Arc<Stack>,
     pub describe: String,
     pub tap: Option<Tap>,
+    pub afpacket: Option<AfPacket>,
     pub captures: Vec<Arc<Capture>>,
 }
 
@@ -281,14 +283,21 @@ impl Running {
                 t.name(), c.rx_frames, c.rx_gso, c.rx_csum_filled, c.tx_frames, c.tx_gso, c.rx_errors, c.tx_errors
             );
         }
+        if let Some(a) = &self.afpacket {
+            let c = a.counters();
+            eprintln!(
+                "af_packet {}: rx {} frames ({} over the MTU, {} filtered, {} ring drops), tx {} frames, {} dropped, {} errors",
+                a.name(), c.rx_frames, c.rx_jumbo, c.rx_filtered, c.rx_ring_drops, c.tx_frames, c.tx_dropped, c.tx_errors
+            );
+        }
     }
 }
 
+/// Device queues, and the captures among their wrappers.
+type Wrapped = (Vec<Arc<dyn Device>>, Vec<Arc<Capture>>);
+
 /// Wraps each queue for capture and impairment, as asked.
-fn wrap_queues(
-    l: &Link,
-    queues: Vec<Arc<dyn Device>>,
-) -> Result<(Vec<Arc<dyn Device>>, Vec<Arc<Capture>>), String> {
+fn wrap_queues(l: &Link, queues: Vec<Arc<dyn Device>>) -> Result<Wrapped, String> {
     let mut out = Vec::with_capacity(queues.len());
     let mut caps: Vec<Arc<Capture>> = Vec::new();
     for (i, q) in queues.into_iter().enumerate() {
@@ -326,6 +335,10 @@ fn wrap_queues(
 
 /// Opens the device and starts a stack on it.
 pub fn start(l: &Link) -> Result<Running, String> {
+    // The MAC the stack would derive itself; AF_PACKET needs to know it to filter frames.
+    let o = l.addr.octets();
+    let mac = MacAddr([0x02, 0x65, o[0], o[1], o[2], o[3]]);
+    let mut afp = None;
     let (queues, describe, tap) = match &l.kind {
         LinkKind::Tap(name) => {
             let mut cfg = TapConfig::new(name);
@@ -343,9 +356,21 @@ pub fn start(l: &Link) -> Result<Running, String> {
             (tap.devices(), d, Some(tap))
         }
         LinkKind::AfPacket(iface) => {
-            return Err(format!(
-                "--af-packet {iface}: the AF_PACKET device is not in this build yet; use --tap"
-            ))
+            if l.offload || l.mtu.is_some() {
+                return Err("--offload and --mtu apply to --tap only".into());
+            }
+            let mut cfg = AfPacketConfig::new(iface, mac);
+            cfg.queues = l.queues;
+            let af = AfPacket::open(&cfg).map_err(|e| format!("--af-packet {iface}: {e}"))?;
+            let d = format!(
+                "AF_PACKET on {iface} ({} queue{}, MTU {})",
+                l.queues,
+                if l.queues == 1 { "" } else { "s" },
+                af.mtu()
+            );
+            let devs = af.devices();
+            afp = Some(af);
+            (devs, d, None)
         }
     };
     let (queues, captures) = wrap_queues(l, queues)?;
@@ -353,7 +378,7 @@ pub fn start(l: &Link) -> Result<Running, String> {
         IfaceConfig {
             addr: l.addr,
             prefix_len: l.prefix,
-            mac: None,
+            mac: Some(mac),
             mtu: None,
         },
         queues,
@@ -367,8 +392,12 @@ pub fn start(l: &Link) -> Result<Running, String> {
     let stack = Arc::new(b.build().map_err(|e| format!("stack: {e}"))?);
     Ok(Running {
         stack,
-        describe: format!("{}/{} on {describe}, {} squeues", l.addr, l.prefix, l.squeues),
+        describe: format!(
+            "{}/{} on {describe}, {} squeues",
+            l.addr, l.prefix, l.squeues
+        ),
         tap,
+        afpacket: afp,
         captures,
     })
 }

@@ -98,12 +98,13 @@ struct Settings {
 fn settings(mut a: ServeArgs) -> Result<Settings, String> {
     let file = match &a.config {
         Some(p) => {
-            let meta = std::fs::metadata(p).map_err(|e| format!("--config {}: {e}", p.display()))?;
+            let meta =
+                std::fs::metadata(p).map_err(|e| format!("--config {}: {e}", p.display()))?;
             if meta.len() > 1 << 20 {
                 return Err(format!("--config {}: larger than 1 MiB", p.display()));
             }
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("--config {}: {e}", p.display()))?;
+            let text =
+                std::fs::read_to_string(p).map_err(|e| format!("--config {}: {e}", p.display()))?;
             toml::from_str::<FileConfig>(&text)
                 .map_err(|e| format!("--config {}: {e}", p.display()))?
         }
@@ -305,6 +306,12 @@ fn start_service(
             })?;
             spawn_service(name, l, stop.clone(), s.max_conns, stats, srv.handler())
         }
+        "iperf3" => ember_apps::iperf3::spawn_iperf3::<EmberNet>(
+            l,
+            stop.clone(),
+            ember_apps::iperf3::Iperf3Options::default(),
+            Arc::new(ember_apps::iperf3::Iperf3Stats::default()),
+        ),
         _ => Err(std::io::Error::other(format!("no service {name}"))),
     }
 }
@@ -345,9 +352,25 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let cases: &[(&[&str], &str)] = &[
-            (&["--tap", "t", "--addr", "1.2.3.4/8", "--max-conns", "0"], "1 ..= 65536"),
-            (&["--tap", "t", "--addr", "1.2.3.4/8", "--duration", "-1"], "--duration"),
-            (&["--tap", "t", "--addr", "1.2.3.4/8", "--root", "/nonexistent/x"], "not a directory"),
+            (
+                &["--tap", "t", "--addr", "1.2.3.4/8", "--max-conns", "0"],
+                "1 ..= 65536",
+            ),
+            (
+                &["--tap", "t", "--addr", "1.2.3.4/8", "--duration", "-1"],
+                "--duration",
+            ),
+            (
+                &[
+                    "--tap",
+                    "t",
+                    "--addr",
+                    "1.2.3.4/8",
+                    "--root",
+                    "/nonexistent/x",
+                ],
+                "not a directory",
+            ),
             (&["--tap", "t", "--addr", "1.2.3.4"], "A.B.C.D/LEN"),
         ];
         for (a, want) in cases {
@@ -366,16 +389,32 @@ mod tests {
             "tap = \"etap9\"\naddr = \"198.18.9.2/24\"\nhttp_port = 8080\n[params]\ntcp_sack_permitted = 0\n",
         )
         .unwrap();
-        let s = settings(args(&["--config", p.to_str().unwrap(), "--http-port", "81"])).unwrap();
+        let s = settings(args(&[
+            "--config",
+            p.to_str().unwrap(),
+            "--http-port",
+            "81",
+        ]))
+        .unwrap();
         assert_eq!(s.link.kind, link::LinkKind::Tap("etap9".into()));
         assert_eq!(s.ports[3], ("http", 81));
-        assert_eq!(s.link.params, vec![("tcp_sack_permitted".into(), "0".into())]);
+        assert_eq!(
+            s.link.params,
+            vec![("tcp_sack_permitted".into(), "0".into())]
+        );
         std::fs::write(&p, "tap = \"x\"\nbogus = 1\n").unwrap();
         let e = settings(args(&["--config", p.to_str().unwrap()])).unwrap_err();
         assert!(e.contains("bogus"), "{e}");
         std::fs::write(&p, "[params]\ntcp_sack_permitted = 7\n").unwrap();
-        let e = settings(args(&["--config", p.to_str().unwrap(), "--tap", "t", "--addr", "1.2.3.4/8"]))
-            .unwrap_err();
+        let e = settings(args(&[
+            "--config",
+            p.to_str().unwrap(),
+            "--tap",
+            "t",
+            "--addr",
+            "1.2.3.4/8",
+        ]))
+        .unwrap_err();
         assert!(e.contains("tcp_sack_permitted"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -169,7 +169,11 @@ impl Capture {
         let mut s = self.sink();
         let keep = frame.len().min(self.shared.opts.snaplen as usize);
         let size = RECORD_HEADER + keep as u64;
-        let over = self.shared.opts.max_bytes.is_some_and(|m| s.bytes + size > m);
+        let over = self
+            .shared
+            .opts
+            .max_bytes
+            .is_some_and(|m| s.bytes + size > m);
         if s.w.is_none() || over {
             drop(s);
             self.shared.not_captured.fetch_add(1, Ordering::Relaxed);

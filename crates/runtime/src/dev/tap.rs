@@ -264,6 +264,12 @@ impl Tap {
         let mut fds = Vec::with_capacity(cfg.queues);
         for _ in 0..cfg.queues {
             let fd = open_queue(&cfg.name, flags)?;
+            // The offload features stay on the interface after their last user closes
+            // it (a persistent TAP): set them every time, to nothing when offload is off,
+            // or the kernel would go on handing over partial checksums we cannot see.
+            if !cfg.offload {
+                int_ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, 0)?;
+            }
             if cfg.offload {
                 let sz: libc::c_int = VNET_HDR_LEN as libc::c_int;
                 int_ioctl(
