@@ -88,13 +88,7 @@ impl Variant {
     pub fn unavailable(self) -> Option<String> {
         match self {
             // SAFETY: geteuid has no preconditions and cannot fail.
-            Variant::EmberTap if unsafe { libc::geteuid() } != 0 => {
-                Some("needs root to create a TAP device".into())
-            }
-            Variant::EmberTap => Some(
-                "ember has no TAP device yet (the TAP/AF_PACKET issue); it joins when that lands"
-                    .into(),
-            ),
+            Variant::EmberTap => ember_runtime::dev::netns::privileged().err(),
             _ => None,
         }
     }
@@ -140,6 +134,9 @@ pub struct Env {
     pub client: Option<Stack>,
     /// `ember-wire`: the taps on the client's and the server's link ends.
     pub taps: Option<(Arc<WireTap>, Arc<WireTap>)>,
+    /// `ember-tap`: the namespace with the TAP, the kernel's side, and the tap on ember's
+    /// end of it.
+    tap_side: Option<TapSide>,
     addr: SocketAddrV4,
     unix_path: Option<PathBuf>,
 }
@@ -173,6 +170,7 @@ impl Env {
             server: None,
             client: None,
             taps: None,
+            tap_side: None,
             addr: lo,
             unix_path: None,
         };
@@ -216,7 +214,22 @@ impl Env {
                 let _ = std::fs::remove_file(&p);
                 env.unix_path = Some(p);
             }
-            Variant::EmberTap | Variant::LimitSpin | Variant::LimitMemcpy => {
+            Variant::EmberTap => {
+                let side = TapSide::new(cfg)?;
+                let iface = IfaceConfig {
+                    addr: WIRE_SERVER,
+                    prefix_len: 24,
+                    mac: None,
+                    mtu: Some(cfg.mtu),
+                };
+                let b = stack_builder(cfg, true)?
+                    .interface(iface, side.wiretap.clone())
+                    .build()?;
+                env.server = Some(b);
+                env.tap_side = Some(side);
+                env.addr = SocketAddrV4::new(WIRE_SERVER, PORT);
+            }
+            Variant::LimitSpin | Variant::LimitMemcpy => {
                 return Err(io::Error::new(
                     io::ErrorKind::Unsupported,
                     format!("{} carries no sockets", variant.name()),
@@ -259,9 +272,22 @@ impl Env {
         }
     }
 
+    /// The tap on the server's link end (`ember-wire`, `ember-tap`).
+    pub fn server_tap(&self) -> Option<Arc<WireTap>> {
+        match (&self.taps, &self.tap_side) {
+            (Some((_, s)), _) => Some(s.clone()),
+            (None, Some(t)) => Some(t.wiretap.clone()),
+            _ => None,
+        }
+    }
+
     /// Connects a client to the listener.
     pub fn connect(&self) -> io::Result<Conn> {
         match self.variant {
+            Variant::EmberTap => {
+                let side = self.tap_side.as_ref().expect("ember-tap env has its side");
+                Ok(Conn::Tcp(side.connect(self.addr)?))
+            }
             Variant::KernelTcp => Ok(Conn::Tcp(std::net::TcpStream::connect(self.addr)?)),
             Variant::KernelUnix => {
                 let p = self.unix_path.as_ref().expect("unix env has a path");
@@ -307,9 +333,96 @@ impl Env {
 impl Drop for Env {
     fn drop(&mut self) {
         self.shutdown();
+        // Then the TAP, its namespace thread and the namespace (in that order).
+        self.tap_side = None;
         if let Some(p) = &self.unix_path {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// The kernel's side of `ember-tap`: a network namespace with a TAP interface in it
+/// (kernel 198.18.0.1/24, ember 198.18.0.2/24 on the descriptor), and a thread that lives
+/// in the namespace and makes the kernel's client sockets there (a socket belongs to the
+/// namespace it was made in, whichever thread uses it afterwards). One TAP queue, with
+/// the virtio-net header and offload on; the interface MTU is the bench's `--mtu`.
+struct TapSide {
+    wiretap: Arc<WireTap>,
+    tap: Option<ember_runtime::dev::Tap>,
+    req: Option<std::sync::mpsc::Sender<TapReq>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _ns: ember_runtime::dev::netns::NetNs,
+}
+
+type TapReq = (
+    SocketAddrV4,
+    std::sync::mpsc::Sender<io::Result<std::net::TcpStream>>,
+);
+
+static TAP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl TapSide {
+    fn new(cfg: &EnvConfig) -> io::Result<TapSide> {
+        use ember_runtime::dev::netns::NetNs;
+        use ember_runtime::dev::{Tap, TapConfig};
+        let n = TAP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let ns = NetNs::create(&format!("ember-bench-{}-{n}", std::process::id()))?;
+        let (tx, rx) = std::sync::mpsc::channel::<TapReq>();
+        let (ttx, trx) = std::sync::mpsc::channel::<io::Result<Tap>>();
+        let name = ns.name().to_string();
+        let mtu = cfg.mtu;
+        let thread = std::thread::Builder::new()
+            .name("bench-tap-ns".into())
+            .spawn(move || {
+                let opened = ember_runtime::dev::netns::enter(&name).and_then(|()| {
+                    let mut c = TapConfig::new("ebench0");
+                    c.offload = true;
+                    c.mtu = Some(mtu);
+                    Tap::open(&c)
+                });
+                let _ = ttx.send(opened);
+                for (addr, reply) in rx {
+                    let r = std::net::TcpStream::connect_timeout(
+                        &SocketAddr::V4(addr),
+                        std::time::Duration::from_secs(5),
+                    );
+                    let _ = reply.send(r);
+                }
+            })?;
+        let tap = trx
+            .recv()
+            .map_err(|_| io::Error::other("the namespace thread ended"))??;
+        ns.ip(&["addr", "add", "198.18.0.1/24", "dev", "ebench0"])?;
+        ns.ip(&["link", "set", "ebench0", "up"])?;
+        let dev = tap.devices().pop().expect("one queue");
+        Ok(TapSide {
+            wiretap: Arc::new(WireTap::new(dev)),
+            tap: Some(tap),
+            req: Some(tx),
+            thread: Some(thread),
+            _ns: ns,
+        })
+    }
+
+    fn connect(&self, addr: SocketAddrV4) -> io::Result<std::net::TcpStream> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.req
+            .as_ref()
+            .ok_or_else(|| io::Error::other("ember-tap is shut down"))?
+            .send((addr, tx))
+            .map_err(|_| io::Error::other("the namespace thread ended"))?;
+        rx.recv()
+            .map_err(|_| io::Error::other("the namespace thread ended"))?
+    }
+}
+
+impl Drop for TapSide {
+    fn drop(&mut self) {
+        self.req = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.tap = None;
     }
 }
 

@@ -241,9 +241,11 @@ pub fn parse_impair(s: &str) -> Result<(ImpairConfig, u64), String> {
                     .parse()
                     .map_err(|_| format!("impair seed={v}: not an integer"))?
             }
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "impair: unknown key {k:?} (loss dup reorder corrupt delay jitter rate queue seed)"
-            )),
+            ))
+            }
         }
     }
     c.validate().map_err(|e| format!("impair: {e}"))?;

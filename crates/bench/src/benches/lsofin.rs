@@ -148,7 +148,7 @@ fn serve(
 
 /// One connection, client side.
 fn one(env: &Env, rx: &mpsc::Receiver<Instant>, buf: &mut [u8]) -> io::Result<Sample> {
-    let tap = env.taps.as_ref().map(|(_, s)| s.clone());
+    let tap = env.server_tap();
     let fins0 = tap.as_ref().map(|t| t.fins.load(Ordering::SeqCst));
     let mut c = env.connect()?;
     c.set_timeouts(Some(STEP_TIMEOUT))?;

@@ -77,14 +77,7 @@ impl NetNs {
 
     /// Moves the calling thread into the namespace (for good: use a thread of its own).
     pub fn enter(&self) -> io::Result<()> {
-        let f = std::fs::File::open(format!("/var/run/netns/{}", self.name))?;
-        let fd: OwnedFd = f.into();
-        // SAFETY: `fd` is an open namespace file we own for the whole call.
-        let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        enter(&self.name)
     }
 
     /// A command that runs inside the namespace (`ip netns exec NAME PROGRAM`).
@@ -107,6 +100,18 @@ impl Drop for NetNs {
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// Moves the calling thread into the namespace called `name` (made by `ip netns add`).
+pub fn enter(name: &str) -> io::Result<()> {
+    let f = std::fs::File::open(format!("/var/run/netns/{name}"))?;
+    let fd: OwnedFd = f.into();
+    // SAFETY: `fd` is an open namespace file we own for the whole call.
+    let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn ip(args: &[&str]) -> io::Result<()> {
