@@ -704,6 +704,10 @@ impl Device for WireTap {
     fn mtu(&self) -> u32 {
         self.inner.mtu()
     }
+
+    fn flush(&self) {
+        self.inner.flush()
+    }
 }
 
 #[cfg(test)]

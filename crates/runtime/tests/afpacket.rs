@@ -154,6 +154,16 @@ fn kernel_and_ember_talk_over_af_packet() {
     let c = afp.counters();
     eprintln!("1 queue: {c:?}");
     assert!(c.rx_frames > 100 && c.tx_frames > 100, "{c:?}");
+    // Transmit is batched: fewer sendmmsg calls than frames (a bulk send from ember
+    // leaves several segments per drain).
+    assert!(
+        c.tx_batches > 0 && c.tx_batches < c.tx_frames,
+        "no batching: {c:?}"
+    );
+    eprintln!(
+        "af_packet: {} frames in {} sendmmsg calls",
+        c.tx_frames, c.tx_batches
+    );
     assert!(c.rx_blocks > 0, "{c:?}");
     // The kernel's frames over the veth carry partial checksums, completed here.
     assert!(c.rx_csum_filled > 0, "{c:?}");

@@ -50,11 +50,13 @@
 //! ARP requests for an address it does not have). In the tests, the ember end of the veth
 //! pair has no IP address at all.
 //!
-//! **Transmit** is one `send(2)` per frame with `MSG_DONTWAIT` on the queue's socket (the
-//! [`Device`] interface hands over one frame at a time and has no flush point to batch a
-//! `sendmmsg` on; a `TPACKET_V3` transmit ring is not offered by many kernels). A full
-//! socket buffer or a full device queue (`EAGAIN`, `ENOBUFS`) drops the frame and counts
-//! it; any other failure (too long, interface down) counts as an error. Nothing blocks.
+//! **Transmit** is batched: `transmit` gathers frames (up to [`TX_BATCH`]) and one
+//! `sendmmsg(2)` with `MSG_DONTWAIT` sends them when the squeue that wrote them leaves
+//! ([`Device::flush`], called from the perimeter's `leave`), or at once when the batch is
+//! full, so a frame waits at most for the rest of one drain. (A `TPACKET_V3` transmit ring
+//! is not offered by many kernels.) A full socket buffer or a full device queue (`EAGAIN`,
+//! `ENOBUFS`) drops the rest of the batch and counts it; a frame refused otherwise (too
+//! long, interface down) counts as an error and the rest goes on. Nothing blocks.
 //!
 //! **Waking the stack** works as for the TAP device: each queue has a notifier thread
 //! that sleeps in `poll(2)` on the socket (readable once the block before the kernel's
@@ -296,6 +298,8 @@ pub struct AfPacketStats {
     pub tx_dropped: AtomicU64,
     /// Frames the kernel refused otherwise (too long, too short, interface down).
     pub tx_errors: AtomicU64,
+    /// `sendmmsg` calls that sent frames (frames / batches = the batching achieved).
+    pub tx_batches: AtomicU64,
     /// Times the notifier thread woke the stack.
     pub wakeups: AtomicU64,
 }
@@ -317,6 +321,7 @@ pub struct AfPacketCounters {
     pub tx_bytes: u64,
     pub tx_dropped: u64,
     pub tx_errors: u64,
+    pub tx_batches: u64,
     pub wakeups: u64,
 }
 
@@ -338,6 +343,7 @@ impl AfPacketStats {
             tx_bytes: g(&self.tx_bytes),
             tx_dropped: g(&self.tx_dropped),
             tx_errors: g(&self.tx_errors),
+            tx_batches: g(&self.tx_batches),
             wakeups: g(&self.wakeups),
         }
     }
@@ -359,6 +365,7 @@ impl core::ops::AddAssign for AfPacketCounters {
         self.tx_bytes += o.tx_bytes;
         self.tx_dropped += o.tx_dropped;
         self.tx_errors += o.tx_errors;
+        self.tx_batches += o.tx_batches;
         self.wakeups += o.wakeups;
     }
 }
@@ -904,9 +911,14 @@ pub struct AfPacketQueue {
     notify: Arc<Notify>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     rx: Mutex<RxState>,
+    /// Frames waiting for one `sendmmsg` (sent at [`Device::flush`] or when full).
+    tx_batch: Mutex<Vec<Vec<u8>>>,
     /// Counters.
     pub stats: Arc<AfPacketStats>,
 }
+
+/// Frames gathered for one `sendmmsg` at most.
+pub const TX_BATCH: usize = 32;
 
 impl core::fmt::Debug for AfPacketQueue {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -961,6 +973,7 @@ impl AfPacketQueue {
                 block: 0,
                 cursor: None,
             }),
+            tx_batch: Mutex::new(Vec::with_capacity(TX_BATCH)),
             stats,
         }))
     }
@@ -1041,8 +1054,80 @@ impl AfPacketQueue {
     }
 }
 
+impl AfPacketQueue {
+    /// Sends the batched frames with `sendmmsg` (several calls if the kernel takes part
+    /// of them). A full socket buffer drops the rest of the batch (counted); a frame the
+    /// kernel refuses is counted as an error and skipped.
+    fn send_batch(&self) {
+        let batch = {
+            let mut b = self.tx_batch.lock().unwrap_or_else(|e| e.into_inner());
+            if b.is_empty() {
+                return;
+            }
+            std::mem::replace(&mut *b, Vec::with_capacity(TX_BATCH))
+        };
+        let mut iov: Vec<libc::iovec> = batch
+            .iter()
+            .map(|f| libc::iovec {
+                iov_base: f.as_ptr() as *mut libc::c_void,
+                iov_len: f.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain data; all-zero is a valid (empty) header.
+        let mut msgs: Vec<libc::mmsghdr> = (0..batch.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let mut at = 0;
+        while at < msgs.len() {
+            let left = &mut msgs[at..];
+            // SAFETY: every header points at one iovec of `iov`, which points into a frame
+            // of `batch`; all three live until after the call; the kernel only reads the
+            // frames and writes the headers' `msg_len`.
+            let n = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    left.as_mut_ptr(),
+                    left.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                let n = n as usize;
+                let bytes: usize = batch[at..at + n].iter().map(Vec::len).sum();
+                self.stats.tx_frames.fetch_add(n as u64, Ordering::Relaxed);
+                self.stats
+                    .tx_bytes
+                    .fetch_add(bytes as u64, Ordering::Relaxed);
+                self.stats.tx_batches.fetch_add(1, Ordering::Relaxed);
+                at += n;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                    self.stats
+                        .tx_dropped
+                        .fetch_add((msgs.len() - at) as u64, Ordering::Relaxed);
+                    return;
+                }
+                _ => {
+                    // The first frame of the rest was refused: count it, go on.
+                    self.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    at += 1;
+                }
+            }
+        }
+    }
+}
+
 impl Drop for AfPacketQueue {
     fn drop(&mut self) {
+        self.send_batch();
         self.notify.stop.store(true, Ordering::Release);
         {
             let _a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
@@ -1073,36 +1158,18 @@ impl Device for AfPacketQueue {
             self.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        loop {
-            // SAFETY: `frame` is a live buffer of `frame.len()` bytes for the whole call;
-            // the kernel only reads it.
-            let n = unsafe {
-                libc::send(
-                    self.fd.as_raw_fd(),
-                    frame.as_ptr() as *const libc::c_void,
-                    frame.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n >= 0 {
-                self.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
-                self.stats
-                    .tx_bytes
-                    .fetch_add(frame.len() as u64, Ordering::Relaxed);
-                return;
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                    self.stats.tx_dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                _ => {
-                    self.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            return;
+        let full = {
+            let mut b = self.tx_batch.lock().unwrap_or_else(|e| e.into_inner());
+            b.push(frame);
+            b.len() >= TX_BATCH
+        };
+        if full {
+            self.send_batch();
         }
+    }
+
+    fn flush(&self) {
+        self.send_batch();
     }
 
     fn poll_rx(&self, _now: Instant, out: &mut Vec<Vec<u8>>, budget: usize) {

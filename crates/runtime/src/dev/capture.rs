@@ -256,6 +256,10 @@ impl Device for Capture {
     fn mtu(&self) -> u32 {
         self.inner.mtu()
     }
+
+    fn flush(&self) {
+        self.inner.flush()
+    }
 }
 
 #[cfg(test)]

@@ -21,4 +21,10 @@ pub trait Device: Send + Sync + 'static {
     fn set_rx_waker(&self, waker: Box<dyn Fn() + Send + Sync>);
     /// Largest IP packet the device carries.
     fn mtu(&self) -> u32;
+    /// Sends what `transmit` has batched, if the device batches (AF_PACKET gathers frames
+    /// for one `sendmmsg`). The stack calls it when a thread leaves a squeue that
+    /// transmitted on the device, and after the IP layer's own frames; a batching device
+    /// also sends by itself when its batch is full, so a frame never waits longer than
+    /// the rest of one squeue drain. Wrappers pass it on.
+    fn flush(&self) {}
 }

@@ -151,6 +151,10 @@ impl Device for Impaired {
         let cfg = lock(&self.tx).config().mtu.min(lock(&self.rx).config().mtu);
         self.inner.mtu().min(u32::try_from(cfg).unwrap_or(u32::MAX))
     }
+
+    fn flush(&self) {
+        self.inner.flush()
+    }
 }
 
 #[cfg(test)]

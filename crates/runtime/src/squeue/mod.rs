@@ -56,6 +56,9 @@ pub trait Perimeter: Send + 'static {
     fn service(&mut self, now: Instant) -> bool;
     /// The next instant [`Perimeter::service`] has work, if any.
     fn next_deadline(&self) -> Option<Instant>;
+    /// Called when a thread is about to leave the squeue (after its drain): the place to
+    /// send what the drain batched for the devices.
+    fn leave(&mut self) {}
 }
 
 /// A queued work item.
@@ -522,6 +525,7 @@ impl<P: Perimeter> Squeue<P> {
                 data.service(Instant::now());
             }
         }
+        data.leave();
         let next = data.next_deadline();
         drop(data);
         reset.armed = false;
@@ -553,6 +557,7 @@ impl<P: Perimeter> Squeue<P> {
         self.stats.inline.fetch_add(1, Ordering::Relaxed);
         let mut data = self.own_data();
         let r = f(&mut data);
+        data.leave();
         let next = data.next_deadline();
         drop(data);
         reset.armed = false;
@@ -785,6 +790,7 @@ impl<P: Perimeter> Squeue<P> {
                 self.stats.poll_switches.fetch_add(1, Ordering::Relaxed);
             }
         }
+        data.leave();
         let next = data.next_deadline();
         drop(data);
         reset.armed = false;

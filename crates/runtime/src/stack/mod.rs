@@ -552,11 +552,21 @@ impl StackInner {
     }
 
     fn drain_host_tx(&self, h: &mut Host) {
+        let mut last: Option<&Arc<dyn Device>> = None;
         while let Some(f) = h.poll_transmit() {
             // The IP layer's own frames (ARP, ICMP, UDP) leave on the first queue.
             if let Some((_, dev)) = self.device(f.iface, 0) {
                 dev.transmit(f.data);
+                if let Some(l) = last {
+                    if !Arc::ptr_eq(l, dev) {
+                        l.flush();
+                    }
+                }
+                last = Some(dev);
             }
+        }
+        if let Some(l) = last {
+            l.flush();
         }
         while let Some(ev) = h.poll_event() {
             if let ember_core::host::SocketEvent::Udp(id) = ev {

@@ -158,6 +158,8 @@ pub(crate) struct Perim {
     /// Devices whose receive side this squeue services.
     pub rx_devs: Vec<(IfaceId, Arc<dyn crate::dev::Device>)>,
     rx_buf: Vec<Vec<u8>>,
+    /// Devices this squeue transmitted on since it last left: flushed on leaving.
+    tx_dirty: Vec<Arc<dyn crate::dev::Device>>,
     /// Squeue 0 runs the IP layer's own timers (ARP, reassembly): this is the IP
     /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
     /// reading it never touches the stack's reference count.
@@ -177,6 +179,7 @@ impl Perim {
             gone: TcbStats::default(),
             rx_devs: Vec::new(),
             rx_buf: Vec::new(),
+            tx_dirty: Vec::new(),
             host_deadline: None,
         }
     }
@@ -492,6 +495,9 @@ impl Perim {
                 };
                 eth.emit(&mut f[..ETHERNET_HEADER_LEN]);
                 dev.transmit(f);
+                if !self.tx_dirty.iter().any(|d| Arc::ptr_eq(d, dev)) {
+                    self.tx_dirty.push(dev.clone());
+                }
                 return None;
             }
         }
@@ -1190,6 +1196,12 @@ impl Perimeter for Perim {
             }
         }
         d.map(crate::clock::to_std)
+    }
+
+    fn leave(&mut self) {
+        for d in self.tx_dirty.drain(..) {
+            d.flush();
+        }
     }
 }
 
