@@ -460,6 +460,7 @@ impl TapQueue {
 /// The notifier thread: wait until armed, poll for a readable descriptor, wake the stack,
 /// disarm; until stopped. `wakeups` counts the wake-ups.
 pub(super) fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, wakeups: &AtomicU64) {
+    crate::squeue::set_interrupt_thread();
     loop {
         {
             let mut a = n.armed.lock().unwrap_or_else(|e| e.into_inner());

@@ -213,6 +213,29 @@ std::thread_local! {
     static INLINE_BUDGET_USED: Cell<u32> = const { Cell::new(0) };
 }
 
+#[cfg(not(loom))]
+std::thread_local! {
+    /// The thread is a device's interrupt thread ([`set_interrupt_thread`]).
+    static INTERRUPT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as a device's *interrupt thread* (the notifier of a TAP or
+/// AF_PACKET queue): when it signals that frames wait, outside any squeue and holding no
+/// lock, the squeue's receive service runs right there if the squeue is free, as
+/// FireEngine's interrupt thread enters the squeue in process mode, instead of waking the
+/// squeue's worker (one thread hand-off less per burst of frames). A busy squeue is
+/// kicked as before.
+#[cfg(not(loom))]
+pub fn set_interrupt_thread() {
+    let _ = INTERRUPT.try_with(|i| i.set(true));
+}
+
+/// Whether the calling thread was marked by [`set_interrupt_thread`].
+#[cfg(not(loom))]
+pub fn is_interrupt_thread() -> bool {
+    INTERRUPT.try_with(|i| i.get()).unwrap_or(false)
+}
+
 /// How many device services one thread runs inline for others on its way out of its
 /// squeues (two stacks on a link can bounce frames between them; past this, the
 /// receiving squeues' workers take over).

@@ -780,9 +780,21 @@ struct RxEntry {
 impl RxEntry {
     fn wake(self: &Arc<Self>) {
         if crate::squeue::depth() == 0 {
-            if let Some(sq) = self.sq.upgrade() {
-                sq.kick();
+            let Some(sq) = self.sq.upgrade() else {
+                return;
+            };
+            // A device's interrupt thread (no lock held, no squeue entered) receives
+            // inline when the squeue is free; anyone else wakes the worker.
+            if crate::squeue::is_interrupt_thread() {
+                let ran = sq.try_process(|p: &mut Perim| {
+                    use crate::squeue::Perimeter;
+                    p.service(std::time::Instant::now());
+                });
+                if ran.is_ok() {
+                    return;
+                }
             }
+            sq.kick();
             return;
         }
         crate::squeue::defer(self.clone());
