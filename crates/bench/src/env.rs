@@ -342,22 +342,18 @@ impl Drop for Env {
 }
 
 /// The kernel's side of `ember-tap`: a network namespace with a TAP interface in it
-/// (kernel 198.18.0.1/24, ember 198.18.0.2/24 on the descriptor), and a thread that lives
-/// in the namespace and makes the kernel's client sockets there (a socket belongs to the
-/// namespace it was made in, whichever thread uses it afterwards). One TAP queue, with
-/// the virtio-net header and offload on; the interface MTU is the bench's `--mtu`.
+/// (kernel 198.18.0.1/24, ember 198.18.0.2/24 on the descriptor). The TAP is opened by a
+/// short-lived thread that enters the namespace (so the interface is created there); the
+/// kernel's client sockets are made by the bench's own threads, each stepping into the
+/// namespace for the `connect` (a socket belongs to the namespace it was made in). One TAP
+/// queue, with the virtio-net header and offload on; the interface MTU is the bench's
+/// `--mtu`.
 struct TapSide {
     wiretap: Arc<WireTap>,
     tap: Option<ember_runtime::dev::Tap>,
-    req: Option<std::sync::mpsc::Sender<TapReq>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    ns_file: std::fs::File,
     _ns: ember_runtime::dev::netns::NetNs,
 }
-
-type TapReq = (
-    SocketAddrV4,
-    std::sync::mpsc::Sender<io::Result<std::net::TcpStream>>,
-);
 
 static TAP_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -367,61 +363,45 @@ impl TapSide {
         use ember_runtime::dev::{Tap, TapConfig};
         let n = TAP_SEQ.fetch_add(1, Ordering::Relaxed);
         let ns = NetNs::create(&format!("ember-bench-{}-{n}", std::process::id()))?;
-        let (tx, rx) = std::sync::mpsc::channel::<TapReq>();
-        let (ttx, trx) = std::sync::mpsc::channel::<io::Result<Tap>>();
         let name = ns.name().to_string();
         let mtu = cfg.mtu;
-        let thread = std::thread::Builder::new()
+        let tap = std::thread::Builder::new()
             .name("bench-tap-ns".into())
             .spawn(move || {
-                let opened = ember_runtime::dev::netns::enter(&name).and_then(|()| {
+                ember_runtime::dev::netns::enter(&name).and_then(|()| {
                     let mut c = TapConfig::new("ebench0");
                     c.offload = true;
                     c.mtu = Some(mtu);
                     Tap::open(&c)
-                });
-                let _ = ttx.send(opened);
-                for (addr, reply) in rx {
-                    let r = std::net::TcpStream::connect_timeout(
-                        &SocketAddr::V4(addr),
-                        std::time::Duration::from_secs(5),
-                    );
-                    let _ = reply.send(r);
-                }
-            })?;
-        let tap = trx
-            .recv()
-            .map_err(|_| io::Error::other("the namespace thread ended"))??;
+                })
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the namespace thread panicked"))??;
+        let ns_file = std::fs::File::open(format!("/var/run/netns/{}", ns.name()))?;
         ns.ip(&["addr", "add", "198.18.0.1/24", "dev", "ebench0"])?;
         ns.ip(&["link", "set", "ebench0", "up"])?;
         let dev = tap.devices().pop().expect("one queue");
         Ok(TapSide {
             wiretap: Arc::new(WireTap::new(dev)),
             tap: Some(tap),
-            req: Some(tx),
-            thread: Some(thread),
+            ns_file,
             _ns: ns,
         })
     }
 
     fn connect(&self, addr: SocketAddrV4) -> io::Result<std::net::TcpStream> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.req
-            .as_ref()
-            .ok_or_else(|| io::Error::other("ember-tap is shut down"))?
-            .send((addr, tx))
-            .map_err(|_| io::Error::other("the namespace thread ended"))?;
-        rx.recv()
-            .map_err(|_| io::Error::other("the namespace thread ended"))?
+        ember_runtime::dev::netns::within(&self.ns_file, || {
+            std::net::TcpStream::connect_timeout(
+                &SocketAddr::V4(addr),
+                std::time::Duration::from_secs(5),
+            )
+        })?
     }
 }
 
 impl Drop for TapSide {
     fn drop(&mut self) {
-        self.req = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // The TAP closes before its namespace goes.
         self.tap = None;
     }
 }
