@@ -228,6 +228,31 @@ mod tests {
     }
 
     #[test]
+    fn within_steps_in_and_back_out() {
+        if let Err(why) = privileged() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let me = || std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+        let home = me();
+        let ns = NetNs::create(&format!("ember-within-{}", std::process::id())).unwrap();
+        let f = std::fs::File::open(format!("/var/run/netns/{}", ns.name())).unwrap();
+        let (inside, sock) =
+            within(&f, || (me(), std::net::TcpListener::bind("127.0.0.1:0"))).unwrap();
+        assert_ne!(inside, home);
+        assert_eq!(me(), home);
+        // The socket made inside stays there: the namespace's loopback, not ours.
+        let port = sock.unwrap().local_addr().unwrap().port();
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+        // Back home even when the closure panics.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            within(&f, || panic!("inside")).ok();
+        }));
+        assert!(r.is_err());
+        assert_eq!(me(), home);
+    }
+
+    #[test]
     fn bounded_runs_end() {
         let o = run_bounded(Command::new("true").arg("x"), Duration::from_secs(5)).unwrap();
         assert!(o.status.success());
