@@ -160,11 +160,16 @@ impl Ctx {
     }
 
     /// SIGTERM, then a clean exit within 10 s.
-    fn stop(&self, mut s: Serve) -> Result<Value, String> {
+    fn stop(&self, s: Serve) -> Result<Value, String> {
+        self.stop_with(s, 15)
+    }
+
+    /// Signal `sig` (SIGINT 2 or SIGTERM 15), then a clean exit within 10 s.
+    fn stop_with(&self, mut s: Serve, sig: i32) -> Result<Value, String> {
         let t = Instant::now();
         // `ip netns exec` execs ember, so the child's pid is ember's.
         // SAFETY: kill(2) takes no pointers; the pid is our unreaped child's.
-        unsafe { libc_kill(s.child.id() as i32, 15) };
+        unsafe { libc_kill(s.child.id() as i32, sig) };
         let (tx, rx) = mpsc::channel();
         let pid = s.child.id();
         std::thread::spawn(move || {
@@ -837,9 +842,9 @@ fn run_all(c: &mut Ctx) -> Result<(), String> {
         )
         .map(|_| json!({}))
     });
-    let r = c.stop(s);
+    let r = c.stop_with(s, 2);
     c.results
-        .push(("ember serve (capture): clean exit".into(), r, 0.0));
+        .push(("ember serve (capture): clean exit on SIGINT".into(), r, 0.0));
     c.step("tshark: SYN options, FIN timing, expert info", |_| {
         capture_checks(&cap)
     });
