@@ -164,7 +164,9 @@ impl Default for HttpConfig {
             max_discard_body: 1 << 20,
             idle_timeout: Duration::from_secs(60),
             max_bytes: 64 << 30,
-            digest_limit: 4 << 30,
+            // A digest is a first pass over the body before the header goes: bounded so
+            // that a request cannot buy seconds of CPU (256 MiB is about half a second).
+            digest_limit: 256 << 20,
         }
     }
 }

@@ -1524,7 +1524,7 @@ fn read_server_results<C: Conn>(
             .find(|s| u64::from(s.id) == id)
             .ok_or_else(|| protocol_error(&format!("the server reported unknown stream {id}")))?;
         if s.sender {
-            report.peer_received += bytes;
+            report.peer_received = report.peer_received.saturating_add(bytes);
         } else {
             report.peer_sent += bytes;
         }

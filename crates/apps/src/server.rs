@@ -166,13 +166,20 @@ where
                 let spawned = std::thread::Builder::new()
                     .name(format!("{name}-conn"))
                     .spawn(move || {
+                        // Gives the slot back however the handler ends (a panic too).
+                        struct Slot(Arc<AtomicU64>);
+                        impl Drop for Slot {
+                            fn drop(&mut self) {
+                                self.0.fetch_sub(1, Ordering::SeqCst);
+                            }
+                        }
+                        let _slot = Slot(lv);
+                        let _guard = guard;
                         tracing::debug!(service = %n, %peer, "connection");
                         if let Err(e) = h(c) {
                             st.errors.fetch_add(1, Ordering::Relaxed);
                             tracing::debug!(service = %n, %peer, error = %e, "connection ended with an error");
                         }
-                        drop(guard);
-                        lv.fetch_sub(1, Ordering::SeqCst);
                     });
                 if let Err(e) = spawned {
                     live.fetch_sub(1, Ordering::SeqCst);

@@ -37,6 +37,7 @@ pub const CHARGEN_PERIOD: usize = PRINTABLE * (CHARGEN_LINE + 2);
 /// Echo (RFC 862): sends back everything received; at the peer's end of stream, shuts
 /// its own write side.
 pub fn echo<C: Conn>(c: Arc<C>) -> io::Result<()> {
+    idle_limits(&*c)?;
     let mut buf = vec![0u8; BUF];
     loop {
         match c.read(&mut buf) {
@@ -53,6 +54,7 @@ pub fn echo<C: Conn>(c: Arc<C>) -> io::Result<()> {
 
 /// Discard (RFC 863): reads and drops everything until the peer's end of stream.
 pub fn discard<C: Conn>(c: Arc<C>) -> io::Result<()> {
+    idle_limits(&*c)?;
     let mut buf = vec![0u8; BUF];
     loop {
         match c.read(&mut buf) {
@@ -65,6 +67,15 @@ pub fn discard<C: Conn>(c: Arc<C>) -> io::Result<()> {
 }
 
 /// One period of the chargen stream ([`CHARGEN_PERIOD`] bytes).
+/// A connection that moves nothing for this long ends (a peer that sends to echo and
+/// never reads, or never reads chargen, cannot hold a connection slot forever).
+pub const IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+fn idle_limits<C: Conn>(c: &C) -> io::Result<()> {
+    c.set_read_timeout(Some(IDLE))?;
+    c.set_write_timeout(Some(IDLE))
+}
+
 pub fn chargen_period() -> Vec<u8> {
     let mut v = Vec::with_capacity(CHARGEN_PERIOD);
     for line in 0..PRINTABLE {
@@ -79,6 +90,7 @@ pub fn chargen_period() -> Vec<u8> {
 /// Character generator (RFC 864): writes the rotating pattern until a write fails. A peer
 /// that closes (or a stop) ends it; that end is not an error.
 pub fn chargen<C: Conn>(c: Arc<C>) -> io::Result<()> {
+    idle_limits(&*c)?;
     let period = chargen_period();
     // Enough whole periods that a BUF-long slice can start anywhere in the first one.
     let reps = BUF.div_ceil(CHARGEN_PERIOD) + 1;

@@ -401,7 +401,9 @@ impl TapSide {
 
 impl Drop for TapSide {
     fn drop(&mut self) {
-        // The TAP closes before its namespace goes.
+        // Our handle on the TAP goes before the namespace is deleted; the stack still
+        // holds its queue until the environment's stacks drop, and the namespace lingers
+        // (unnamed) until that last descriptor closes.
         self.tap = None;
     }
 }

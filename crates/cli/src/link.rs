@@ -118,7 +118,7 @@ impl LinkArgs {
             .filter(|p| (1..=32).contains(p))
             .ok_or_else(|| format!("--addr {addr:?}: prefix length must be 1 ..= 32"))?;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let squeues = self.squeues.unwrap_or(cpus);
+        let squeues = self.squeues.unwrap_or(cpus.min(64));
         if !(1..=64).contains(&squeues) {
             return Err(format!("--squeues {squeues}: must be 1 ..= 64"));
         }

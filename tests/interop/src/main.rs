@@ -44,8 +44,20 @@ struct Ctx {
 
 /// A running `ember serve`.
 struct Serve {
-    child: Child,
+    /// `None` once `stop` took care of the process.
+    child: Option<Child>,
     stderr: mpsc::Receiver<String>,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // A step that panicked or returned early must not leave ember running (it would
+        // keep the namespace alive after its deletion).
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 fn sh(ns: &NetNs, script: &str, limit: Duration) -> Result<(String, String), String> {
@@ -156,7 +168,10 @@ impl Ctx {
         }
         // Keep draining stdout so serve never blocks on it.
         std::thread::spawn(move || for _ in rx {});
-        Ok(Serve { child, stderr: erx })
+        Ok(Serve {
+            child: Some(child),
+            stderr: erx,
+        })
     }
 
     /// SIGTERM, then a clean exit within 10 s.
@@ -169,11 +184,12 @@ impl Ctx {
         let t = Instant::now();
         // `ip netns exec` execs ember, so the child's pid is ember's.
         // SAFETY: kill(2) takes no pointers; the pid is our unreaped child's.
-        unsafe { libc_kill(s.child.id() as i32, sig) };
+        let mut child = s.child.take().ok_or("ember serve already stopped")?;
+        unsafe { libc_kill(child.id() as i32, sig) };
         let (tx, rx) = mpsc::channel();
-        let pid = s.child.id();
+        let pid = child.id();
         std::thread::spawn(move || {
-            let _ = tx.send(s.child.wait());
+            let _ = tx.send(child.wait());
         });
         let status = match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(Ok(st)) => st,
@@ -471,7 +487,11 @@ fn client_send(c: &mut Ctx, extra: &[&str], mb: u64) -> Result<Value, String> {
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| e.to_string())?;
-    wait_listening(&c.ns, 9000)?;
+    if let Err(e) = wait_listening(&c.ns, 9000) {
+        let _ = srv.kill();
+        let _ = srv.wait();
+        return Err(e);
+    }
     let r = c.client(
         extra,
         &[
@@ -505,7 +525,11 @@ fn client_recv(c: &mut Ctx, extra: &[&str]) -> Result<Value, String> {
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| e.to_string())?;
-    wait_listening(&c.ns, 9001)?;
+    if let Err(e) = wait_listening(&c.ns, 9001) {
+        let _ = srv.kill();
+        let _ = srv.wait();
+        return Err(e);
+    }
     let r = c.client(
         extra,
         &["recv", &format!("{KERNEL1}:9001")],

@@ -80,7 +80,7 @@
 //! block we own.
 
 use super::device::Device;
-use super::tap::{ctl_socket, ifr_ioctl, notifier, IfReq, Notify};
+use super::tap::{ctl_socket, ifr_ioctl, notifier, IfReq, Notify, OnError};
 use ember_core::time::Instant;
 use ember_core::wire::checksum;
 use ember_core::wire::MacAddr;
@@ -959,7 +959,7 @@ impl AfPacketQueue {
         let (raw, raw_stop) = (fd.as_raw_fd(), stop_fd.as_raw_fd());
         let thread = std::thread::Builder::new()
             .name(format!("afp-{iface}-q{i}"))
-            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups))?;
+            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups, OnError::ClearAndGoOn))?;
         Ok(Arc::new(AfPacketQueue {
             ring,
             fd,
@@ -1057,15 +1057,15 @@ impl AfPacketQueue {
 impl AfPacketQueue {
     /// Sends the batched frames with `sendmmsg` (several calls if the kernel takes part
     /// of them). A full socket buffer drops the rest of the batch (counted); a frame the
-    /// kernel refuses is counted as an error and skipped.
+    /// kernel refuses is counted as an error and skipped. The batch's lock is held across
+    /// the calls, so that two threads flushing one queue (a squeue and the IP layer's
+    /// ARP/ICMP path, or two squeues sharing a queue) cannot reorder a flow's frames.
     fn send_batch(&self) {
-        let batch = {
-            let mut b = self.tx_batch.lock().unwrap_or_else(|e| e.into_inner());
-            if b.is_empty() {
-                return;
-            }
-            std::mem::replace(&mut *b, Vec::with_capacity(TX_BATCH))
-        };
+        let mut guard = self.tx_batch.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut *guard);
         let mut iov: Vec<libc::iovec> = batch
             .iter()
             .map(|f| libc::iovec {
@@ -1122,6 +1122,12 @@ impl AfPacketQueue {
                 }
             }
         }
+        // Reuse the allocation for the next batch.
+        drop(msgs);
+        drop(iov);
+        let mut batch = batch;
+        batch.clear();
+        *guard = batch;
     }
 }
 
@@ -1144,9 +1150,11 @@ impl Drop for AfPacketQueue {
         };
         let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = h {
-            // The notifier never holds a handle of its queue, so this is not the
-            // notifier itself.
-            let _ = h.join();
+            // As for TAP: the notifier may drop the last handle itself (its inline
+            // receive), then finds `stop` set and touches nothing of the queue again.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
         // Then `ring` (munmap) and `fd` (close) drop, in that order.
     }

@@ -1,10 +1,13 @@
 //! The device interface between the runtime and whatever carries Ethernet frames.
 //!
-//! A device transmits whole frames (non-blocking: a full queue drops and counts) and
-//! holds received frames until the squeue that owns its receive queue polls them. When
-//! it has something new to deliver (or an earlier delivery time), it calls the waker the
-//! stack gave it, which kicks that squeue's worker; while the worker is busy it simply
-//! polls (FireEngine's switch between interrupts and polling).
+//! A device transmits whole frames (non-blocking: a full queue drops and counts; a device
+//! may batch them until `flush`) and holds received frames until the squeue that owns its
+//! receive queue polls them. When it has something new to deliver (or an earlier delivery
+//! time), it calls the waker the stack gave it: from inside a squeue, the receive runs when
+//! that thread leaves its squeues; from a device's interrupt thread (the TAP and AF_PACKET
+//! notifiers), inline if the squeue is free; otherwise it kicks the squeue's worker. While
+//! the worker is busy it simply polls (FireEngine's switch between interrupts and
+//! polling).
 
 use ember_core::time::Instant;
 

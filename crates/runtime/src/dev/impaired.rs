@@ -85,14 +85,19 @@ impl Impaired {
         Ok(())
     }
 
-    /// Hands the transmit frames that have arrived by `now` to the inner device.
-    fn release_tx(&self, now: Instant) {
+    /// Hands the transmit frames that have arrived by `now` to the inner device; whether
+    /// there were any.
+    fn release_tx(&self, now: Instant) -> bool {
+        let mut any = false;
         loop {
             // One at a time, so the inner device is never called under our lock.
             let f = lock(&self.tx).recv(now);
             match f {
-                Some(f) => self.inner.transmit(f),
-                None => return,
+                Some(f) => {
+                    self.inner.transmit(f);
+                    any = true;
+                }
+                None => return any,
             }
         }
     }
@@ -114,7 +119,11 @@ impl Device for Impaired {
     }
 
     fn poll_rx(&self, now: Instant, out: &mut Vec<Vec<u8>>, budget: usize) {
-        self.release_tx(now);
+        // Held frames released here leave from the receive path, which the perimeter
+        // does not flush: flush them now (a batching inner device would hold them).
+        if self.release_tx(now) {
+            self.inner.flush();
+        }
         let mut fresh = Vec::new();
         self.inner.poll_rx(now, &mut fresh, budget);
         let mut rx = lock(&self.rx);

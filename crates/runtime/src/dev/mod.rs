@@ -1,13 +1,16 @@
 //! The device layer: where Ethernet frames enter and leave ember.
 //!
-//! Today this layer holds in-memory link models: a [`Wire`] (one direction, with seeded
-//! impairment), a point-to-point [`Link`] (two wires) and a small learning [`Switch`] (one
-//! wire each way per port). The deterministic network simulator drives them with a virtual
-//! clock; later the runtime will drive the very same structures with a real clock, and real
-//! devices (TAP, AF_PACKET, AF_XDP) will sit beside them behind the same frame-in/frame-out
-//! shape.
+//! In-memory link models: a [`Wire`] (one direction, with seeded impairment), a
+//! point-to-point [`Link`] (two wires) and a small learning [`Switch`] (one wire each way
+//! per port). The deterministic network simulator drives them with a virtual clock, and
+//! [`mem_link`] drives the same structures with the real one as a stack [`Device`].
+//! Real links: [`Tap`] (a Linux TAP interface) and [`AfPacket`] (AF_PACKET sockets on an
+//! existing interface), each with a notifier thread per queue (see `tap.rs`); wrappers for
+//! any device: [`Capture`] (pcap) and [`Impaired`] (the wire model on a real device);
+//! [`netns`] makes the network namespaces tests put them in.
 //!
-//! Design rules shared by every device here:
+//! Design rules shared by the link models (the real devices keep the bounds and the
+//! no-panic rule; they read the clock and have their notifier threads):
 //!
 //! * **Time is a parameter.** Every call takes `now: Instant`; nothing reads a clock, sleeps
 //!   or spawns threads. A device says when it next needs attention (`next_arrival` /

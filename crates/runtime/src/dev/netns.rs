@@ -128,9 +128,16 @@ pub fn within<R>(target: &std::fs::File, f: impl FnOnce() -> R) -> io::Result<R>
     struct Back(std::fs::File);
     impl Drop for Back {
         fn drop(&mut self) {
-            // SAFETY: as above, with the thread's own namespace file. Going back to the
-            // namespace the thread came from cannot fail for lack of rights.
-            unsafe { libc::setns(self.0.as_raw_fd(), libc::CLONE_NEWNET) };
+            // SAFETY: as above, with the thread's own namespace file.
+            if unsafe { libc::setns(self.0.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                // A thread left in the wrong namespace would make every later socket of
+                // it in the wrong place, silently: stop instead.
+                eprintln!(
+                    "netns::within: cannot return to the thread's own namespace: {}",
+                    io::Error::last_os_error()
+                );
+                std::process::abort();
+            }
         }
     }
     let _back = Back(home);
@@ -152,7 +159,11 @@ fn ip(args: &[&str]) -> io::Result<()> {
 /// Runs `cmd` with its output captured, killing it if it is still running after `limit`
 /// (the result then says `TimedOut`).
 pub fn run_bounded(cmd: &mut Command, limit: Duration) -> io::Result<Output> {
+    use std::os::unix::process::CommandExt;
+    // Its own process group, so that the deadline kills its children too (a shell's
+    // children would otherwise keep the output pipes open past the kill).
     let mut child = cmd
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -188,7 +199,7 @@ pub fn run_bounded(cmd: &mut Command, limit: Duration) -> io::Result<Output> {
             // have reaped it an instant ago, and only in that instant could the pid have
             // been reused, which the kernel's pid allocation (cycling through the pid
             // space) makes practically impossible.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
             let _ = rx.recv();
             None
         }

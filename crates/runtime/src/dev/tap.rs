@@ -413,7 +413,7 @@ impl TapQueue {
         let (raw, raw_stop) = (fd.as_raw_fd(), stop_fd.as_raw_fd());
         let thread = std::thread::Builder::new()
             .name(format!("tap-{name}-q{i}"))
-            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups))?;
+            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups, OnError::Stop))?;
         Ok(Arc::new(TapQueue {
             fd,
             stop_fd,
@@ -457,10 +457,32 @@ impl TapQueue {
     }
 }
 
+/// What the notifier does when the descriptor reports an error and nothing to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnError {
+    /// Stop (a TAP whose interface was deleted never comes back).
+    Stop,
+    /// Read and clear the socket error (`SO_ERROR`) and go on polling: an AF_PACKET
+    /// socket reports `ENETDOWN` when its interface goes down and receives again once it
+    /// is up.
+    ClearAndGoOn,
+}
+
+/// Error-only wake-ups in a row after which the notifier gives up (an error that
+/// clearing does not clear would otherwise make it spin).
+const MAX_ERROR_WAKEUPS: u32 = 64;
+
 /// The notifier thread: wait until armed, poll for a readable descriptor, wake the stack,
 /// disarm; until stopped. `wakeups` counts the wake-ups.
-pub(super) fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, wakeups: &AtomicU64) {
+pub(super) fn notifier(
+    fd: RawFd,
+    stop_fd: RawFd,
+    n: &Notify,
+    wakeups: &AtomicU64,
+    on_error: OnError,
+) {
     crate::squeue::set_interrupt_thread();
+    let mut errors_in_a_row = 0u32;
     loop {
         {
             let mut a = n.armed.lock().unwrap_or_else(|e| e.into_inner());
@@ -499,9 +521,30 @@ pub(super) fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, wakeups: &AtomicU6
         if pfd[0].revents & (libc::POLLERR | libc::POLLNVAL | libc::POLLHUP) != 0
             && pfd[0].revents & libc::POLLIN == 0
         {
-            // The interface went away (deleted under us): stop quietly.
-            return;
+            errors_in_a_row += 1;
+            if on_error == OnError::Stop
+                || pfd[0].revents & libc::POLLNVAL != 0
+                || errors_in_a_row > MAX_ERROR_WAKEUPS
+            {
+                // The interface went away (deleted under us): stop quietly.
+                return;
+            }
+            let mut err: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt(SO_ERROR) writes one int into `err` and its size into
+            // `len`, both live for the call.
+            unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    &mut err as *mut libc::c_int as *mut libc::c_void,
+                    &mut len,
+                )
+            };
+            continue;
         }
+        errors_in_a_row = 0;
         if pfd[0].revents & libc::POLLIN != 0 {
             *n.armed.lock().unwrap_or_else(|e| e.into_inner()) = false;
             wakeups.fetch_add(1, Ordering::Relaxed);
@@ -530,9 +573,13 @@ impl Drop for TapQueue {
         };
         let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = h {
-            // The notifier never holds the last handle of its queue, so this is not
-            // the notifier itself.
-            let _ = h.join();
+            // The notifier itself may drop the last handle (its inline receive can hold
+            // the last reference to the squeue or the stack at teardown): it then
+            // finds `stop` set as soon as the waker returns and touches nothing of the
+            // queue again, so it is not joined (a thread cannot join itself).
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 }

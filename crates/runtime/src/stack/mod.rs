@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! * **Squeues** ([`crate::squeue`]): one per CPU given to the stack, each with a worker
-//!   thread pinned to its CPU. Each owns a [`perim::Perim`]: its TCP connections and their
+//!   thread pinned to its CPU. Each owns a `perim::Perim`: its TCP connections and their
 //!   timer wheel. Connection state is touched only there.
 //! * **Classifier** ([`crate::classifier`]): a sharded connected table and a bind table,
 //!   read without a global lock; it says which squeue a segment goes to.
@@ -321,10 +321,10 @@ impl StackBuilder {
                 udp_socks: Mutex::new(std::collections::HashMap::new()),
             }
         });
-        // Device receive queues belong to squeues: the k-th queue of all interfaces (in
-        // order: interface 0's queues, then interface 1's...) to squeue k mod n, so that
-        // single-queue interfaces spread over the squeues and a multi-queue one's queue q
-        // lands on squeue q mod n when it is the first interface.
+        // Device receive queues belong to squeues: queue q of a multi-queue interface to
+        // squeue q mod n (the squeue that transmits on it); the single-queue interfaces,
+        // counted in order with every queue before them (k), to squeue k mod n, so that
+        // they spread over the squeues.
         let mut k = 0usize;
         for (i, (_, queues)) in inner.devices.iter().enumerate() {
             let iface = IfaceId(i as u16);
