@@ -953,6 +953,19 @@ fn run_all(c: &mut Ctx) -> Result<(), String> {
     let r = c.stop(s);
     c.results
         .push(("ember serve (af_packet): clean exit".into(), r, 0.0));
+    let s = c.serve_on(&["--af-packet", "ea0", "--addr", "198.18.2.2/24"], &imp)?;
+    c.step("af_packet impaired: curl /bytes/1000000", |c| {
+        curl_bytes(c, 1_000_000, Duration::from_secs(60))
+    });
+    c.step("af_packet impaired: socat 2 MB through echo", |c| {
+        echo(c, 2)
+    });
+    let r = c.stop(s);
+    c.results.push((
+        "ember serve (af_packet, impaired): clean exit".into(),
+        r,
+        0.0,
+    ));
     c.server = SERVE;
     Ok(())
 }
