@@ -48,6 +48,9 @@ pub struct LinkArgs {
     /// Capture snap length (bytes kept per frame, 1 ..= 262144).
     #[arg(long)]
     pub capture_snaplen: Option<u32>,
+    /// Stop capturing once the file reaches this many bytes (traffic goes on).
+    #[arg(long)]
+    pub capture_max_bytes: Option<u64>,
     /// Impair both directions on ember's side, e.g. loss=1%,reorder=1%,delay=10ms
     /// (keys: loss dup reorder corrupt delay jitter rate queue seed).
     #[arg(long)]
@@ -77,6 +80,7 @@ pub struct Link {
     pub mtu: Option<u32>,
     pub capture: Option<PathBuf>,
     pub snaplen: u32,
+    pub capture_max_bytes: Option<u64>,
     pub impair: Option<(ImpairConfig, u64)>,
     pub params: Vec<(String, String)>,
 }
@@ -135,6 +139,11 @@ impl LinkArgs {
         if snaplen == 0 || snaplen > 262_144 {
             return Err(format!("--capture-snaplen {snaplen}: must be 1 ..= 262144"));
         }
+        if let Some(m) = self.capture_max_bytes {
+            if m < 1024 {
+                return Err(format!("--capture-max-bytes {m}: must be at least 1024"));
+            }
+        }
         let impair = match &self.impair {
             Some(s) => Some(parse_impair(s)?),
             None => None,
@@ -150,6 +159,7 @@ impl LinkArgs {
             mtu: self.mtu,
             capture: self.capture.clone(),
             snaplen,
+            capture_max_bytes: self.capture_max_bytes,
             impair,
             params,
         })
@@ -307,7 +317,7 @@ fn wrap_queues(l: &Link, queues: Vec<Arc<dyn Device>>) -> Result<Wrapped, String
         if let Some(path) = &l.capture {
             let opts = CaptureOptions {
                 snaplen: l.snaplen,
-                max_bytes: None,
+                max_bytes: l.capture_max_bytes,
             };
             let c = match caps.first() {
                 Some(first) => first.share(d),
@@ -463,6 +473,13 @@ mod tests {
                     ..la(Some("t"), Some("1.2.3.4/8"))
                 },
                 "68 ..= 65535",
+            ),
+            (
+                LinkArgs {
+                    capture_max_bytes: Some(10),
+                    ..la(Some("t"), Some("1.2.3.4/8"))
+                },
+                "at least 1024",
             ),
             (
                 LinkArgs {

@@ -71,6 +71,7 @@ struct FileConfig {
     mtu: Option<u32>,
     capture: Option<PathBuf>,
     capture_snaplen: Option<u32>,
+    capture_max_bytes: Option<u64>,
     impair: Option<String>,
     root: Option<PathBuf>,
     echo_port: Option<u16>,
@@ -113,7 +114,7 @@ fn settings(mut a: ServeArgs) -> Result<Settings, String> {
     macro_rules! merge {
         ($dst:expr; $($f:ident),*) => { $( if $dst.$f.is_none() { $dst.$f = file.$f.clone(); } )* };
     }
-    merge!(a.link; tap, af_packet, addr, gw, squeues, queues, offload, mtu, capture, capture_snaplen, impair);
+    merge!(a.link; tap, af_packet, addr, gw, squeues, queues, offload, mtu, capture, capture_snaplen, capture_max_bytes, impair);
     merge!(a; root, echo_port, discard_port, chargen_port, http_port, iperf3_port, max_conns, duration);
     let file_params: Vec<(String, String)> = file
         .params
