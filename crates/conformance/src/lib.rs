@@ -1,0 +1,17 @@
+//! # ember-conformance: packetdrill scripts against ember
+//!
+//! This crate will be ember's packetdrill interpreter: it reads the scripts of the
+//! packetdrill test corpus (timed packets, system calls, shell commands and `tcp_info`
+//! assertions) and runs them against two backends, ember's own stack (driven through
+//! its sans-IO core on a virtual clock) and the Linux kernel (over a TUN device), so
+//! that the same script both checks ember and checks the script.
+//!
+//! Today it holds the script language: [`script::parse`] turns a script into a
+//! [`script::Script`] syntax tree, with errors that carry a line and a column. The
+//! grammar is the one documented in packetdrill's `syntax.md`; the corpus under
+//! `shared/conformance/packetdrill/gtests/net` is the test of coverage (every script
+//! there parses, see `tests/corpus.rs`).
+
+#![forbid(unsafe_code)]
+
+pub mod script;
