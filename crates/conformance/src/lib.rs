@@ -10,8 +10,11 @@
 //! [`script::Script`] syntax tree, with errors that carry a line and a column. The
 //! grammar is the one documented in packetdrill's `syntax.md`; the corpus under
 //! `shared/conformance/packetdrill/gtests/net` is the test of coverage (every script
-//! there parses, see `tests/corpus.rs`).
+//! there parses, see `tests/corpus.rs`). [`profile`] holds the linux profile (the ember
+//! tunables that make ember answer as Linux), the meaning of the scripts' shell lines
+//! for those tunables, and the features a script needs that ember lacks.
 
 #![forbid(unsafe_code)]
 
+pub mod profile;
 pub mod script;
