@@ -11,7 +11,12 @@
 //! grammar is the one documented in packetdrill's `syntax.md`; the corpus under
 //! `shared/conformance/packetdrill/gtests/net` is the test of coverage (every script
 //! there parses, see `tests/corpus.rs`).
+//!
+//! [`packets`] is the packet half of the interpreter: it builds the IPv4 datagrams of
+//! inbound (`<`) lines and matches what the stack sends against outbound (`>`) lines,
+//! reading the script's relative sequence numbers and timestamps in a [`packets::Flow`].
 
 #![forbid(unsafe_code)]
 
+pub mod packets;
 pub mod script;
