@@ -13,8 +13,13 @@
 //! there parses, see `tests/corpus.rs`). [`profile`] holds the linux profile (the ember
 //! tunables that make ember answer as Linux), the meaning of the scripts' shell lines
 //! for those tunables, and the features a script needs that ember lacks.
+//!
+//! [`packets`] is the packet half of the interpreter: it builds the IPv4 datagrams of
+//! inbound (`<`) lines and matches what the stack sends against outbound (`>`) lines,
+//! reading the script's relative sequence numbers and timestamps in a [`packets::Flow`].
 
 #![forbid(unsafe_code)]
 
+pub mod packets;
 pub mod profile;
 pub mod script;
