@@ -73,7 +73,7 @@ use ember_core::tcp::State;
 use ember_core::wire::{ethertype, ArpOp, ArpRepr, EthernetRepr, MacAddr, ARP_LEN};
 use ember_core::{Host, Instant};
 
-use crate::packets::{build_inbound, flags_text, match_outbound, BuildError, Flow};
+use crate::packets::{build_inbound, flags_text, match_outbound, BuildError, Flow, RawSegment};
 use crate::profile::{apply_shell, linux_profile, unsupported_features, ShellOutcome};
 use crate::script::{
     Action, Direction, EventTime, Expr, ExprKind, Packet, PacketBody, Script, Syscall,
@@ -619,13 +619,16 @@ impl Runner {
         if self.captured.is_empty() {
             self.advance_to(hi, true)?;
         }
-        let Some((t, bytes)) = self.captured.pop_front() else {
+        let Some((t, mut bytes)) = self.captured.pop_front() else {
             return fail(
                 line,
                 format!("{} by {}", describe(p), us(hi)),
                 "nothing sent",
             );
         };
+        if let PacketBody::Tcp(tp) = &p.body {
+            self.coalesce(t, &mut bytes, tp.seq.len as usize);
+        }
         let seen = summarize(&bytes, &self.flow);
         if t < lo || t > hi {
             return fail(
@@ -642,6 +645,51 @@ impl Runner {
             );
         }
         Ok(())
+    }
+
+    /// GSO emulation: Linux hands a tun device super-segments larger than the MSS and
+    /// the scripts are written that way; ember sends MSS-sized segments. When a line
+    /// expects `want` payload bytes and the first frame carries fewer, the frames that
+    /// left at the same instant and continue it (contiguous sequence numbers, same
+    /// ack, no SYN/RST/FIN before the last) are merged into one segment, if together
+    /// they carry exactly `want` bytes: the first's header, with PSH and FIN from the
+    /// last. Otherwise nothing is merged (and the line fails on the first frame).
+    fn coalesce(&mut self, t: Instant, first: &mut Vec<u8>, want: usize) {
+        let Some(mut seg) = raw_segment(first) else {
+            return;
+        };
+        if seg.payload.is_empty() || seg.payload.len() >= want || seg.flags & 0x07 != 0 {
+            return;
+        }
+        let mut used = 0;
+        let mut last_flags = seg.flags;
+        for (ft, fb) in &self.captured {
+            if *ft != t || last_flags & 0x07 != 0 || seg.payload.len() >= want {
+                break;
+            }
+            let Some(next) = raw_segment(fb) else { break };
+            let expect_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
+            if next.seq != expect_seq
+                || next.ack != seg.ack
+                || next.src_port != seg.src_port
+                || next.dst_port != seg.dst_port
+                || next.flags & 0x02 != 0
+            {
+                break;
+            }
+            seg.payload.extend_from_slice(&next.payload);
+            last_flags = next.flags;
+            used += 1;
+        }
+        if used == 0 || seg.payload.len() != want {
+            return;
+        }
+        seg.flags = (seg.flags & !0x09) | (last_flags & 0x09);
+        if let Ok(merged) = seg.emit() {
+            self.captured.drain(..used);
+            self.log(format!("  (merged {} segments as GSO)", used + 1));
+            *first = merged;
+        }
     }
 
     // ---------------------------------------------------------------------------------
@@ -1372,6 +1420,41 @@ fn tcp_fields(ip: &[u8]) -> Option<(u32, u32, u8, u16, usize)> {
     let doff = usize::from(t[12] >> 4) * 4;
     let win = u16::from_be_bytes([t[14], t[15]]);
     Some((seq, ack, t[13], win, t.len().saturating_sub(doff)))
+}
+
+/// A TCP datagram taken apart (None if it is not one, or is malformed).
+fn raw_segment(ip: &[u8]) -> Option<RawSegment> {
+    let ihl = usize::from(ip.first()? & 0x0f) * 4;
+    if ip.get(9) != Some(&6) || ihl < 20 {
+        return None;
+    }
+    let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])).min(ip.len());
+    let t = ip.get(ihl..total)?;
+    if t.len() < 20 {
+        return None;
+    }
+    let doff = usize::from(t[12] >> 4) * 4;
+    if doff < 20 || doff > t.len() {
+        return None;
+    }
+    let be16 = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+    let be32 = |i: usize| u32::from_be_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
+    Some(RawSegment {
+        src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        src_port: be16(0),
+        dst_port: be16(2),
+        seq: be32(4),
+        ack: be32(8),
+        flags: t[13],
+        window: be16(14),
+        urgent: be16(18),
+        options: t[20..doff].to_vec(),
+        payload: t[doff..].to_vec(),
+        tos: ip[1],
+        ttl: ip[8],
+        ident: u16::from_be_bytes([ip[4], ip[5]]),
+    })
 }
 
 /// A short text of a datagram the stack sent, in script-relative numbers.
