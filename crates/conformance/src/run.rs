@@ -43,7 +43,10 @@
 //!   `fcntl` (F_GETFL/F_SETFL with O_NONBLOCK), `bind`, `listen`, `accept`, `connect`
 //!   (blocking, or EINPROGRESS when non-blocking), `write`/`send`/`sendto` (flags 0 or
 //!   MSG_DONTWAIT), `read`/`recv`/`recvfrom` (same flags), `close`, `shutdown`
-//!   (SHUT_WR; SHUT_RD and SHUT_RDWR also mark the socket so reads return 0). Anything
+//!   (SHUT_WR; SHUT_RD and SHUT_RDWR also mark the socket so a read with nothing
+//!   buffered returns 0 instead of blocking). `socket()` returns the fd the script
+//!   expects when that is a free number from 3 (fd numbering belongs to the harness,
+//!   not the stack; the corpus has a script starting at 4). Anything
 //!   else is `Unsupported` with the call's (or option's) name. Return values and errno
 //!   names must equal the script's (`...` accepts anything).
 //! * Blocking calls. A call on a blocking socket that cannot complete now (accept with
@@ -518,10 +521,14 @@ impl Runner {
                     let t = add(prev, t.micros)?;
                     (t, t, t)
                 }
-                EventTime::AbsoluteRange(a, b) => (inst(a.micros)?, inst(b.micros)?, inst(a.micros)?),
-                EventTime::RelativeRange(a, b) => {
-                    (add(prev, a.micros)?, add(prev, b.micros)?, add(prev, a.micros)?)
+                EventTime::AbsoluteRange(a, b) => {
+                    (inst(a.micros)?, inst(b.micros)?, inst(a.micros)?)
                 }
+                EventTime::RelativeRange(a, b) => (
+                    add(prev, a.micros)?,
+                    add(prev, b.micros)?,
+                    add(prev, a.micros)?,
+                ),
                 EventTime::Any => (prev, self.max_time, prev),
             };
             let base = prev;
@@ -530,7 +537,9 @@ impl Runner {
                 Action::Packet(p) if p.direction == Direction::Outbound => {
                     let wlo = lo.saturating_duration_since(Instant::ZERO);
                     let wlo = Instant::from_nanos(
-                        wlo.saturating_sub(self.tol).as_nanos().min(u64::MAX as u128) as u64,
+                        wlo.saturating_sub(self.tol)
+                            .as_nanos()
+                            .min(u64::MAX as u128) as u64,
                     );
                     let whi = if matches!(ev.time, EventTime::Any) {
                         self.max_time
@@ -822,7 +831,12 @@ impl Runner {
                 {
                     return unsup(format!("socket() flags {ty:?}"));
                 }
-                let fd = self.new_fd();
+                // The fd number is the harness's business, not the stack's: take the
+                // one the script expects when it is a free number from 3.
+                let fd = match eval(&sc.ret)? {
+                    Some(want) if want >= 3 && !self.socks.contains_key(&want) => want,
+                    _ => self.new_fd(),
+                };
                 self.socks.insert(
                     fd,
                     Sock {
@@ -882,8 +896,7 @@ impl Runner {
                             Ok(lid) => {
                                 self.flow.local_port = addr.port();
                                 self.flow.remote_port = REMOTE_PORT;
-                                self.socks.get_mut(&fd).expect("fd").kind =
-                                    SockKind::Listener(lid);
+                                self.socks.get_mut(&fd).expect("fd").kind = SockKind::Listener(lid);
                                 Attempt::Done(Ok(0))
                             }
                             Err(e) => Attempt::Done(Err(errno_of(&e))),
@@ -926,9 +939,8 @@ impl Runner {
             }
             "write" | "send" | "sendto" => {
                 let fd = self.fd_arg(sc)?;
-                let len = arg_int(sc, 2)?.ok_or_else(|| {
-                    Stop::Unsupported(format!("{name}() with a length of ..."))
-                })?;
+                let len = arg_int(sc, 2)?
+                    .ok_or_else(|| Stop::Unsupported(format!("{name}() with a length of ...")))?;
                 let dontwait = if name == "write" {
                     false
                 } else {
@@ -1221,12 +1233,12 @@ impl Runner {
         let SockKind::Conn(id) = s.kind else {
             return Attempt::Done(Err("ENOTCONN"));
         };
-        if s.rd_shut {
-            return Attempt::Done(Ok(0));
-        }
         let mut buf = vec![0u8; len];
         match self.host.tcp_recv(self.now, id, &mut buf) {
             Ok(n) => Attempt::Done(Ok(n as i64)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && s.rd_shut => {
+                Attempt::Done(Ok(0))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 Attempt::Block(Blocked::Read { fd, len })
             }

@@ -124,7 +124,10 @@ fn every_corpus_script_runs_to_a_verdict() {
             }
         }
     }
-    println!("{:>4} {:>4} {:>4} {:>4}  directory", "pass", "fail", "uns", "err");
+    println!(
+        "{:>4} {:>4} {:>4} {:>4}  directory",
+        "pass", "fail", "uns", "err"
+    );
     let mut total = Tally::default();
     for (dir, t) in &per_dir {
         println!(
@@ -145,7 +148,7 @@ fn every_corpus_script_runs_to_a_verdict() {
         scripts.len()
     );
     let mut reasons: Vec<_> = reasons.into_iter().collect();
-    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
     println!("\nunsupported, by reason:");
     for (r, n) in &reasons {
         println!("{n:4} {r}");
@@ -154,7 +157,11 @@ fn every_corpus_script_runs_to_a_verdict() {
     for e in &errors {
         println!("  {e}");
     }
-    println!("\nfirst failures:");
+    println!("\nall failures:");
+    for f in &failures {
+        println!("  {}", f.lines().next().unwrap_or(""));
+    }
+    println!("\nfirst failures, with their trace:");
     for f in failures.iter().take(12) {
         println!("  {f}");
     }

@@ -70,7 +70,11 @@ fn wrong_ack_is_a_failure_on_its_line() {
     );
     let o = run(&text);
     match &o.result {
-        RunResult::Fail { line, expected, got } => {
+        RunResult::Fail {
+            line,
+            expected,
+            got,
+        } => {
             assert_eq!(*line, 12, "{o:?}");
             assert!(expected.contains("ack"), "{expected}");
             assert!(got.contains("ack 1"), "{got}");
@@ -89,7 +93,11 @@ fn errno_mismatch_is_a_failure() {
 +0 accept(3, ..., ...) = -1 ECONNRESET (whatever)
 ");
     match &o.result {
-        RunResult::Fail { line, expected, got } => {
+        RunResult::Fail {
+            line,
+            expected,
+            got,
+        } => {
             assert_eq!(*line, 6);
             assert!(expected.contains("ECONNRESET"), "{expected}");
             assert!(got.contains("EAGAIN"), "{got}");
