@@ -42,7 +42,9 @@
 //!   that has none yet and inherited by accepted connections), `getsockopt(SO_ERROR)`,
 //!   `fcntl` (F_GETFL/F_SETFL with O_NONBLOCK), `bind`, `listen`, `accept`, `connect`
 //!   (blocking, or EINPROGRESS when non-blocking), `write`/`send`/`sendto` (flags 0 or
-//!   MSG_DONTWAIT), `read`/`recv`/`recvfrom` (same flags), `close`, `shutdown`
+//!   MSG_DONTWAIT; the buffer must be `...`, zeros are written), `read`/`recv`/
+//!   `recvfrom` (same flags; the buffer must be `...`, contents are not checked),
+//!   `close`, `shutdown`
 //!   (SHUT_WR; SHUT_RD and SHUT_RDWR also mark the socket so a read with nothing
 //!   buffered returns 0 instead of blocking). `socket()` returns the fd the script
 //!   expects when that is a free number from 3 (fd numbering belongs to the harness,
@@ -939,6 +941,7 @@ impl Runner {
             }
             "write" | "send" | "sendto" => {
                 let fd = self.fd_arg(sc)?;
+                buffer_is_ellipsis(sc)?;
                 let len = arg_int(sc, 2)?
                     .ok_or_else(|| Stop::Unsupported(format!("{name}() with a length of ...")))?;
                 let dontwait = if name == "write" {
@@ -962,6 +965,7 @@ impl Runner {
             }
             "read" | "recv" | "recvfrom" => {
                 let fd = self.fd_arg(sc)?;
+                buffer_is_ellipsis(sc)?;
                 let len = arg_int(sc, 2)?.unwrap_or(65_536).max(0) as usize;
                 let dontwait = if name == "read" {
                     false
@@ -1295,6 +1299,15 @@ fn inst(micros: i64) -> R<Instant> {
 fn add(base: Instant, micros: i64) -> R<Instant> {
     let d = u64::try_from(micros).map_err(|_| Stop::Error(format!("negative time {micros}")))?;
     Ok(base.saturating_add(Duration::from_micros(d)))
+}
+
+/// Buffers are `...` (zeros written, contents read not checked); a written buffer
+/// (`NULL` for EFAULT, a string) is beyond this runner.
+fn buffer_is_ellipsis(sc: &Syscall) -> R<()> {
+    match sc.args.get(1).map(|a| &a.kind) {
+        None | Some(ExprKind::Ellipsis) => Ok(()),
+        Some(k) => unsup(format!("{}() with a buffer argument {k:?}", sc.name)),
+    }
 }
 
 fn arg_int(sc: &Syscall, i: usize) -> R<Option<i64>> {

@@ -11,6 +11,9 @@
 //! stay below [`MAX_ERRORS`]. Errors are runner or script-reading problems, not ember
 //! verdicts; a handful are expected from inbound lines the packet builder rejects as
 //! invalid, so the bound is 5% of the corpus.
+//!
+//! `EMBER_PDRUN_TRACE=substring` prints the verdict and the trace of every script whose
+//! path contains the substring.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -73,6 +76,8 @@ struct Tally {
 fn every_corpus_script_runs_to_a_verdict() {
     let Some(scripts) = scripts() else { return };
     let opts = RunOptions::default();
+    // `EMBER_PDRUN_TRACE=substring`: print the verdict and trace of matching scripts.
+    let trace_filter = std::env::var("EMBER_PDRUN_TRACE").ok();
     let mut per_dir: BTreeMap<String, Tally> = BTreeMap::new();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -95,6 +100,11 @@ fn every_corpus_script_runs_to_a_verdict() {
             panics.push(path.display().to_string());
             continue;
         };
+        if let Some(f) = &trace_filter {
+            if path.display().to_string().contains(f.as_str()) {
+                println!("== {}: {}\n{}\n", path.display(), out.result, out.detail);
+            }
+        }
         match &out.result {
             RunResult::Pass => t.pass += 1,
             RunResult::Fail { .. } => {
