@@ -60,7 +60,14 @@
 //!   call at a time; a second is `Unsupported`.
 //! * Shell commands mid-script go through [`apply_shell`]; applied tunables are set on
 //!   the host (new connections see them); `Unsupported` stops the run as Unsupported.
-//! * `%{ }%` code blocks: `Unsupported("tcp_info assertions not evaluated yet")`.
+//! * `%{ }%` code blocks: `assert` statements are evaluated against the `tcp_info` of
+//!   the connection the last system call used (an accept or socket call counts for the
+//!   fd it returned). Fields come from ember's `TcbInfo` in Linux's units:
+//!   `tcpi_snd_cwnd` = cwnd / MSS, `tcpi_snd_ssthresh` = ssthresh / MSS (0x7fffffff
+//!   while unset), `tcpi_unacked`/`tcpi_sacked` = bytes / MSS rounded up,
+//!   `tcpi_snd_mss`, `tcpi_rcv_mss`, `tcpi_backoff`, `tcpi_rto`/`tcpi_rtt`/
+//!   `tcpi_rttvar`/`tcpi_min_rtt` in µs, the window scales. Any other field, name,
+//!   assignment or print is `Unsupported`.
 //! * Budgets: at most [`RunOptions::max_steps`] host steps (frames in, timer firings)
 //!   and virtual time up to [`RunOptions::max_virtual_us`]; beyond them the run is an
 //!   `Error`, so no script can hang the runner.
@@ -74,14 +81,15 @@ use std::time::Duration;
 
 use ember_core::host::{ConnId, Interface, ListenerId};
 use ember_core::ip::IfaceId;
-use ember_core::tcp::State;
+use ember_core::tcp::{State, TcbInfo};
 use ember_core::wire::{ethertype, ArpOp, ArpRepr, EthernetRepr, MacAddr, ARP_LEN};
 use ember_core::{Host, Instant};
 
 use crate::packets::{build_inbound, flags_text, match_outbound, BuildError, Flow, RawSegment};
 use crate::profile::{apply_shell, linux_profile, unsupported_features, ShellOutcome};
 use crate::script::{
-    Action, Direction, EventTime, Expr, ExprKind, Packet, PacketBody, Script, Syscall,
+    Action, CodeBinOp, CodeBlock, CodeCmpOp, CodeExpr, CodeStmtKind, Direction, EventTime, Expr,
+    ExprKind, Packet, PacketBody, Script, Syscall,
 };
 
 /// The stack's address unless `--local_ip` says otherwise.
@@ -292,6 +300,9 @@ struct Runner {
     captured: VecDeque<(Instant, Vec<u8>)>,
     socks: BTreeMap<i64, Sock>,
     pending: Option<Pending>,
+    /// The connection of the last system call on a connected socket (code blocks read
+    /// its `tcp_info`).
+    last_conn: Option<ConnId>,
     steps: usize,
     max_steps: usize,
     max_time: Instant,
@@ -357,6 +368,7 @@ impl Runner {
             captured: VecDeque::new(),
             socks: BTreeMap::new(),
             pending: None,
+            last_conn: None,
             steps: 0,
             max_steps: opts.max_steps,
             max_time: Instant::from_micros(opts.max_virtual_us),
@@ -594,7 +606,12 @@ impl Runner {
                     }
                     self.log(format!("shell `{}`", c.text.trim()));
                 }
-                Action::Code(_) => return unsup("tcp_info assertions not evaluated yet"),
+                Action::Code(block) => {
+                    self.advance_to(start, false)?;
+                    self.check_unexpected(ev.line)?;
+                    self.check_pending_deadline()?;
+                    self.code(block)?;
+                }
             }
         }
         if let Some(p) = &self.pending {
@@ -704,6 +721,44 @@ impl Runner {
     }
 
     // ---------------------------------------------------------------------------------
+    // Code blocks.
+
+    /// Evaluates a block of `assert` statements against the `tcp_info` of the last
+    /// connection a system call used.
+    fn code(&mut self, block: &CodeBlock) -> R<()> {
+        let Some(stmts) = &block.statements else {
+            return unsup("a code block outside the assertion subset");
+        };
+        let info = self
+            .last_conn
+            .and_then(|id| self.host.tcp_info(id))
+            .ok_or_else(|| Stop::Unsupported("a code block with no connection".into()))?;
+        for st in stmts {
+            let CodeStmtKind::Assert { test, .. } = &st.kind else {
+                return unsup("code statements other than assert");
+            };
+            let v = code_eval(test, &info)?;
+            self.log(format!("assert line {}: {}", st.line, v != 0));
+            if v == 0 {
+                let vals = code_names(test)
+                    .into_iter()
+                    .map(|n| format!("{n} = {}", tcpi(&n, &info).unwrap_or(-1)))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let text = block
+                    .text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| l.starts_with("assert"))
+                    .nth(stmts.iter().take_while(|x| x.line < st.line).count())
+                    .unwrap_or("assertion");
+                return fail(st.line, format!("`{text}` to hold"), vals);
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------
     // System calls.
 
     fn sock(&self, fd: i64) -> Option<&Sock> {
@@ -727,6 +782,19 @@ impl Runner {
             ));
         }
         let attempt = self.attempt(line, sc)?;
+        // The connection this call touched (for code blocks): its fd, or the new fd.
+        for fd in [
+            arg_int(sc, 0).ok().flatten(),
+            self.socks.keys().max().copied(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(SockKind::Conn(id)) = self.sock(fd).map(|s| s.kind) {
+                self.last_conn = Some(id);
+                break;
+            }
+        }
         match attempt {
             Attempt::Done(got) => {
                 if let Some(e) = end {
@@ -1299,6 +1367,104 @@ fn inst(micros: i64) -> R<Instant> {
 fn add(base: Instant, micros: i64) -> R<Instant> {
     let d = u64::try_from(micros).map_err(|_| Stop::Error(format!("negative time {micros}")))?;
     Ok(base.saturating_add(Duration::from_micros(d)))
+}
+
+/// A `tcp_info` field from ember's [`TcbInfo`], in Linux's units (segments for
+/// windows, µs for times); `None` for fields ember does not have.
+fn tcpi(name: &str, i: &TcbInfo) -> Option<i64> {
+    let mss = i64::from(i.snd_mss.max(1));
+    Some(match name {
+        "tcpi_snd_cwnd" => i64::from(i.cwnd) / mss,
+        // Linux reports an unset ssthresh as TCP_INFINITE_SSTHRESH.
+        "tcpi_snd_ssthresh" => {
+            if i.ssthresh >= 0x7fff_ffff {
+                0x7fff_ffff
+            } else {
+                i64::from(i.ssthresh) / mss
+            }
+        }
+        "tcpi_snd_mss" => i64::from(i.snd_mss),
+        "tcpi_rcv_mss" => i64::from(i.rcv_mss),
+        "tcpi_unacked" => (i64::from(i.unacked) + mss - 1) / mss,
+        "tcpi_sacked" => (i64::from(i.sacked) + mss - 1) / mss,
+        "tcpi_backoff" => i64::from(i.backoff),
+        "tcpi_rto" => i.rto.as_micros() as i64,
+        "tcpi_rtt" => i.srtt?.as_micros() as i64,
+        "tcpi_rttvar" => i.rttvar.as_micros() as i64,
+        "tcpi_min_rtt" => i.min_rtt?.as_micros() as i64,
+        "tcpi_snd_wscale" => i64::from(i.snd_wscale),
+        "tcpi_rcv_wscale" => i64::from(i.rcv_wscale),
+        _ => return None,
+    })
+}
+
+fn code_names(e: &CodeExpr) -> Vec<String> {
+    match e {
+        CodeExpr::Name(n) => vec![n.clone()],
+        CodeExpr::Binary(_, a, b) => [code_names(a), code_names(b)].concat(),
+        CodeExpr::Compare(a, rest) => {
+            let mut v = code_names(a);
+            for (_, b) in rest {
+                v.extend(code_names(b));
+            }
+            v
+        }
+        CodeExpr::Not(a) | CodeExpr::Neg(a) | CodeExpr::Invert(a) => code_names(a),
+        _ => Vec::new(),
+    }
+}
+
+fn code_eval(e: &CodeExpr, i: &TcbInfo) -> R<i64> {
+    Ok(match e {
+        CodeExpr::Int(v) => *v,
+        CodeExpr::Name(n) => match tcpi(n, i) {
+            Some(v) => v,
+            None => return unsup(format!("tcp_info field {n}")),
+        },
+        CodeExpr::Not(a) => i64::from(code_eval(a, i)? == 0),
+        CodeExpr::Neg(a) => code_eval(a, i)?.wrapping_neg(),
+        CodeExpr::Invert(a) => !code_eval(a, i)?,
+        CodeExpr::Binary(op, a, b) => {
+            let (x, y) = (code_eval(a, i)?, code_eval(b, i)?);
+            match op {
+                CodeBinOp::Or => i64::from(x != 0 || y != 0),
+                CodeBinOp::And => i64::from(x != 0 && y != 0),
+                CodeBinOp::BitOr => x | y,
+                CodeBinOp::BitXor => x ^ y,
+                CodeBinOp::BitAnd => x & y,
+                CodeBinOp::Shl => x.wrapping_shl(y as u32),
+                CodeBinOp::Shr => x.wrapping_shr(y as u32),
+                CodeBinOp::Add => x.wrapping_add(y),
+                CodeBinOp::Sub => x.wrapping_sub(y),
+                CodeBinOp::Mul => x.wrapping_mul(y),
+                CodeBinOp::Div | CodeBinOp::FloorDiv | CodeBinOp::Mod if y == 0 => {
+                    return Err(Stop::Error("division by zero in a code block".into()))
+                }
+                CodeBinOp::Div | CodeBinOp::FloorDiv => x.div_euclid(y),
+                CodeBinOp::Mod => x.rem_euclid(y),
+            }
+        }
+        CodeExpr::Compare(a, rest) => {
+            let mut left = code_eval(a, i)?;
+            for (op, b) in rest {
+                let right = code_eval(b, i)?;
+                let ok = match op {
+                    CodeCmpOp::Eq => left == right,
+                    CodeCmpOp::Ne => left != right,
+                    CodeCmpOp::Lt => left < right,
+                    CodeCmpOp::Le => left <= right,
+                    CodeCmpOp::Gt => left > right,
+                    CodeCmpOp::Ge => left >= right,
+                };
+                if !ok {
+                    return Ok(0);
+                }
+                left = right;
+            }
+            1
+        }
+        other => return unsup(format!("code expression {other:?}")),
+    })
 }
 
 /// Buffers are `...` (zeros written, contents read not checked); a written buffer

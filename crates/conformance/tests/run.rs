@@ -149,3 +149,23 @@ fn code_blocks_and_unknown_calls_are_unsupported() {
     let o = run("0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0 pipe([4, 5]) = 0\n");
     assert!(matches!(o.result, RunResult::Unsupported(_)), "{o:?}");
 }
+
+#[test]
+fn tcp_info_assertions_are_evaluated() {
+    let ok = format!("{PASSIVE_OPEN}+0 %{{ assert tcpi_snd_cwnd == 10, tcpi_snd_cwnd }}%\n");
+    let o = run(&ok);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+    let bad = format!("{PASSIVE_OPEN}+0 %{{ assert tcpi_snd_cwnd == 11 }}%\n");
+    match run(&bad).result {
+        RunResult::Fail { line, got, .. } => {
+            assert_eq!(line, 10);
+            assert!(got.contains("tcpi_snd_cwnd = 10"), "{got}");
+        }
+        r => panic!("{r:?}"),
+    }
+    let unknown = format!("{PASSIVE_OPEN}+0 %{{ assert tcpi_busy_time == 0 }}%\n");
+    assert!(matches!(
+        run(&unknown).result,
+        RunResult::Unsupported(r) if r.contains("tcpi_busy_time")
+    ));
+}
