@@ -17,9 +17,14 @@
 //! [`packets`] is the packet half of the interpreter: it builds the IPv4 datagrams of
 //! inbound (`<`) lines and matches what the stack sends against outbound (`>`) lines,
 //! reading the script's relative sequence numbers and timestamps in a [`packets::Flow`].
+//!
+//! [`run`] is the ember backend: [`run::run_script`] runs a parsed script against
+//! ember's sans-IO core on a virtual clock and scores it (pass, fail with the line,
+//! unsupported with the reason).
 
 #![forbid(unsafe_code)]
 
 pub mod packets;
 pub mod profile;
+pub mod run;
 pub mod script;
