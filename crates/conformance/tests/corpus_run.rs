@@ -3,8 +3,8 @@
 //!
 //! Design. The corpus is found as `tests/corpus.rs` finds it (`$EMBER_PACKETDRILL_CORPUS`,
 //! else `../shared/conformance/packetdrill` beside the workspace root; absent → the test
-//! prints why and passes). No pass count is asserted here (the ratchet is set
-//! elsewhere); what is asserted: no script panics the runner (each run is caught), no
+//! prints why and passes). What is asserted: the pass count is at least the ratchet
+//! recorded in `crates/conformance/ratchet.txt`; no script panics the runner (each run is caught), no
 //! script hangs it (each run is bounded by the runner's step and virtual-time budgets,
 //! and the wall time of each run is checked), and `Error` outcomes (a script the runner
 //! could not run at all: a budget exceeded, a value the packet builder calls invalid)
@@ -182,4 +182,23 @@ fn every_corpus_script_runs_to_a_verdict() {
         "{} errors (bound {MAX_ERRORS}): {errors:#?}",
         errors.len()
     );
+    // The ratchet recorded in the repository (issue 6): the pass count may only rise.
+    let ratchet = ratchet();
+    println!("ratchet: at least {ratchet} passes; {} now", total.pass);
+    assert!(
+        total.pass >= ratchet,
+        "{} scripts pass, fewer than the ratchet's {ratchet} (crates/conformance/ratchet.txt)",
+        total.pass
+    );
+}
+
+/// The pass count recorded in `crates/conformance/ratchet.txt` (`ember N`).
+fn ratchet() -> usize {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ratchet.txt");
+    let text = std::fs::read_to_string(&p).expect("crates/conformance/ratchet.txt");
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .find_map(|l| l.strip_prefix("ember "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a line `ember N` in ratchet.txt")
 }
