@@ -6,11 +6,13 @@
 //! * `ember serve` — ember on a real link (TAP or AF_PACKET), serving ICMP echo, echo,
 //!   discard, chargen, HTTP/1.1 and iperf3 to the kernel's tools.
 //! * `ember client` — ember's HTTP and bulk clients on a real link.
+//! * `ember conformance packetdrill` — the packetdrill corpus against ember, scored.
 //! * `ember ndd` — list the tunables with their defaults, ranges and meanings, or check
 //!   a setting.
 
 mod bench;
 mod client;
+mod conformance;
 mod link;
 mod serve;
 mod sim;
@@ -40,11 +42,22 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// ember's clients on a real link: an HTTP GET, bulk send or receive.
     Client(client::ClientArgs),
+    /// Conformance suites run against ember.
+    Conformance {
+        #[command(subcommand)]
+        suite: Suite,
+    },
     /// List tunables (ndd-style), or validate NAME=VALUE settings.
     Ndd {
         /// Show only this tunable, or check NAME=VALUE.
         names: Vec<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum Suite {
+    /// Google's packetdrill scripts: pass, fail, unsupported or error per script.
+    Packetdrill(conformance::PacketdrillArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +67,9 @@ fn main() -> ExitCode {
         Cmd::Sim(a) => sim::main(a),
         Cmd::Serve(a) => serve::main(a),
         Cmd::Client(a) => client::main(a),
+        Cmd::Conformance {
+            suite: Suite::Packetdrill(a),
+        } => conformance::main(a),
         Cmd::Ndd { names } => ndd(&names),
     }
 }
