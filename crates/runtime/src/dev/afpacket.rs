@@ -80,14 +80,14 @@
 //! block we own.
 
 use super::device::Device;
-use super::tap::{ctl_socket, ifr_ioctl, notifier, IfReq, Notify, OnError};
+use super::tap::{ctl_socket, ifr_ioctl, IfReq, Notifier, OnError};
 use ember_core::time::Instant;
 use ember_core::wire::checksum;
 use ember_core::wire::MacAddr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// The most queues one AF_PACKET device opens here (a fanout group takes up to 256).
 pub const MAX_QUEUES: usize = 64;
@@ -903,13 +903,10 @@ pub struct AfPacketQueue {
     // notifier thread is stopped in `Drop::drop`, before either).
     ring: Ring,
     fd: OwnedFd,
-    /// Wakes the notifier's poll at shutdown.
-    stop_fd: OwnedFd,
     mac: MacAddr,
     multicast: bool,
     mtu: u32,
-    notify: Arc<Notify>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    notifier: Notifier,
     rx: Mutex<RxState>,
     /// Frames waiting for one `sendmmsg` (sent at [`Device::flush`] or when full).
     tx_batch: Mutex<Vec<Vec<u8>>>,
@@ -941,34 +938,23 @@ impl AfPacketQueue {
         cfg: &AfPacketConfig,
         mtu: u32,
     ) -> io::Result<Arc<AfPacketQueue>> {
-        // SAFETY: plain eventfd(2); the descriptor is owned at once.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `efd` is a fresh descriptor nobody else owns.
-        let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        let notify = Arc::new(Notify {
-            armed: Mutex::new(true),
-            cv: Condvar::new(),
-            stop: AtomicBool::new(false),
-            waker: OnceLock::new(),
-        });
         let stats = Arc::new(AfPacketStats::default());
-        let (n2, s2) = (notify.clone(), stats.clone());
-        let (raw, raw_stop) = (fd.as_raw_fd(), stop_fd.as_raw_fd());
-        let thread = std::thread::Builder::new()
-            .name(format!("afp-{iface}-q{i}"))
-            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups, OnError::ClearAndGoOn))?;
+        let s2 = stats.clone();
+        let notifier = Notifier::start(
+            format!("afp-{iface}-q{i}"),
+            fd.as_raw_fd(),
+            OnError::ClearAndGoOn,
+            move || {
+                s2.wakeups.fetch_add(1, Ordering::Relaxed);
+            },
+        )?;
         Ok(Arc::new(AfPacketQueue {
             ring,
             fd,
-            stop_fd,
             mac: cfg.mac,
             multicast: cfg.multicast,
             mtu,
-            notify,
-            thread: Mutex::new(Some(thread)),
+            notifier,
             rx: Mutex::new(RxState {
                 block: 0,
                 cursor: None,
@@ -1003,18 +989,6 @@ impl AfPacketQueue {
                 .fetch_add(u64::from(st.tp_drops), Ordering::Relaxed);
         }
         self.stats.snapshot()
-    }
-
-    fn arm(&self) {
-        let mut a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
-        if !*a {
-            *a = true;
-            self.notify.cv.notify_one();
-        }
-    }
-
-    fn armed(&self) -> bool {
-        *self.notify.armed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes one frame out of `f` for the stack, or counts why not.
@@ -1134,29 +1108,8 @@ impl AfPacketQueue {
 impl Drop for AfPacketQueue {
     fn drop(&mut self) {
         self.send_batch();
-        self.notify.stop.store(true, Ordering::Release);
-        {
-            let _a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
-            self.notify.cv.notify_all();
-        }
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-        let _ = unsafe {
-            libc::write(
-                self.stop_fd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
-        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = h {
-            // As for TAP: the notifier may drop the last handle itself (its inline
-            // receive), then finds `stop` set and touches nothing of the queue again.
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-        // Then `ring` (munmap) and `fd` (close) drop, in that order.
+        // The notifier stops before `ring` (munmap) and `fd` (close) drop, in that order.
+        self.notifier.stop();
     }
 }
 
@@ -1229,27 +1182,16 @@ impl Device for AfPacketQueue {
         }
         drop(st);
         if drained {
-            self.arm();
+            self.notifier.arm();
         }
     }
 
     fn next_rx(&self) -> Option<Instant> {
-        // Not armed = blocks were seen and not yet read dry: come back at once.
-        if self.armed() {
-            None
-        } else {
-            Some(crate::clock::now())
-        }
+        self.notifier.next_rx()
     }
 
     fn set_rx_waker(&self, waker: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.notify.waker.set(waker);
-        // Blocks that were retired before the waker was set: make sure someone looks.
-        if !self.armed() {
-            if let Some(w) = self.notify.waker.get() {
-                w();
-            }
-        }
+        self.notifier.set_waker(waker)
     }
 
     fn mtu(&self) -> u32 {

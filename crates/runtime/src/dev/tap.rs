@@ -358,25 +358,137 @@ impl Tap {
     }
 }
 
-/// The notifier's state, shared with the queue (and used alike by the AF_PACKET device).
-pub(super) struct Notify {
+/// The notifier thread's state, shared between it and its [`Notifier`].
+struct Notify {
     /// True while the notifier may poll: the squeue has read the queue dry since the
     /// last wake-up.
-    pub(super) armed: Mutex<bool>,
-    pub(super) cv: Condvar,
-    pub(super) stop: AtomicBool,
-    pub(super) waker: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    armed: Mutex<bool>,
+    cv: Condvar,
+    stop: AtomicBool,
+    waker: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+/// A queue's notifier thread and its controls (the TAP and AF_PACKET queues each own
+/// one): [`Notifier::arm`] once the queue is read dry, [`Notifier::next_rx`] and
+/// [`Notifier::set_waker`] for the `Device` methods of the same names, and
+/// [`Notifier::stop`] (also on drop) before the watched descriptor closes.
+pub(super) struct Notifier {
+    notify: Arc<Notify>,
+    /// Wakes the notifier's poll at shutdown.
+    stop_fd: OwnedFd,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Notifier {
+    /// Starts the thread `name` watching `fd` (which must outlive the notifier, or be
+    /// closed only after [`Notifier::stop`]); `counted` runs on every wake-up it gives.
+    pub(super) fn start(
+        name: String,
+        fd: RawFd,
+        on_error: OnError,
+        counted: impl Fn() + Send + 'static,
+    ) -> io::Result<Notifier> {
+        // SAFETY: plain eventfd(2); the descriptor is owned at once.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `efd` is a fresh descriptor nobody else owns.
+        let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let notify = Arc::new(Notify {
+            armed: Mutex::new(true),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            waker: OnceLock::new(),
+        });
+        let n2 = notify.clone();
+        let raw_stop = stop_fd.as_raw_fd();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || notifier(fd, raw_stop, &n2, &counted, on_error))?;
+        Ok(Notifier {
+            notify,
+            stop_fd,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The queue was read dry: the notifier may poll again.
+    pub(super) fn arm(&self) {
+        let mut a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
+        if !*a {
+            *a = true;
+            self.notify.cv.notify_one();
+        }
+    }
+
+    fn armed(&self) -> bool {
+        *self.notify.armed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Device::next_rx`: not armed = frames were seen and not yet read dry, so come
+    /// back at once.
+    pub(super) fn next_rx(&self) -> Option<Instant> {
+        if self.armed() {
+            None
+        } else {
+            Some(crate::clock::now())
+        }
+    }
+
+    /// `Device::set_rx_waker`.
+    pub(super) fn set_waker(&self, waker: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.notify.waker.set(waker);
+        // Frames that arrived before the waker was set: make sure someone looks.
+        if !self.armed() {
+            if let Some(w) = self.notify.waker.get() {
+                w();
+            }
+        }
+    }
+
+    /// Stops the thread and waits for it (idempotent).
+    pub(super) fn stop(&self) {
+        self.notify.stop.store(true, Ordering::Release);
+        {
+            let _a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
+            self.notify.cv.notify_all();
+        }
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        let _ = unsafe {
+            libc::write(
+                self.stop_fd.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            // The notifier itself may drop the last handle of its queue (its inline
+            // receive can hold the last reference to the squeue or the stack at
+            // teardown): it then finds `stop` set as soon as the waker returns and
+            // touches nothing of the queue again, so it is not joined (a thread cannot
+            // join itself).
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// One queue of a TAP interface: a [`Device`].
 pub struct TapQueue {
     fd: OwnedFd,
-    /// Wakes the notifier's poll at shutdown.
-    stop_fd: OwnedFd,
     vnet: bool,
     mtu: u32,
-    notify: Arc<Notify>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    notifier: Notifier,
     /// Receive scratch buffer (only the owning squeue reads; the lock is uncontended).
     rx_buf: Mutex<Vec<u8>>,
     /// Counters.
@@ -395,47 +507,24 @@ impl core::fmt::Debug for TapQueue {
 
 impl TapQueue {
     fn start(name: &str, i: usize, fd: OwnedFd, vnet: bool, mtu: u32) -> io::Result<Arc<TapQueue>> {
-        // SAFETY: plain eventfd(2); the descriptor is owned at once.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `efd` is a fresh descriptor nobody else owns.
-        let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        let notify = Arc::new(Notify {
-            armed: Mutex::new(true),
-            cv: Condvar::new(),
-            stop: AtomicBool::new(false),
-            waker: OnceLock::new(),
-        });
         let stats = Arc::new(TapStats::default());
-        let (n2, s2) = (notify.clone(), stats.clone());
-        let (raw, raw_stop) = (fd.as_raw_fd(), stop_fd.as_raw_fd());
-        let thread = std::thread::Builder::new()
-            .name(format!("tap-{name}-q{i}"))
-            .spawn(move || notifier(raw, raw_stop, &n2, &s2.wakeups, OnError::Stop))?;
+        let s2 = stats.clone();
+        let notifier = Notifier::start(
+            format!("tap-{name}-q{i}"),
+            fd.as_raw_fd(),
+            OnError::Stop,
+            move || {
+                s2.wakeups.fetch_add(1, Ordering::Relaxed);
+            },
+        )?;
         Ok(Arc::new(TapQueue {
             fd,
-            stop_fd,
             vnet,
             mtu,
-            notify,
-            thread: Mutex::new(Some(thread)),
+            notifier,
             rx_buf: Mutex::new(vec![0u8; MAX_FRAME]),
             stats,
         }))
-    }
-
-    fn arm(&self) {
-        let mut a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
-        if !*a {
-            *a = true;
-            self.notify.cv.notify_one();
-        }
-    }
-
-    fn armed(&self) -> bool {
-        *self.notify.armed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Writes `parts` as one frame.
@@ -473,14 +562,8 @@ pub(super) enum OnError {
 const MAX_ERROR_WAKEUPS: u32 = 64;
 
 /// The notifier thread: wait until armed, poll for a readable descriptor, wake the stack,
-/// disarm; until stopped. `wakeups` counts the wake-ups.
-pub(super) fn notifier(
-    fd: RawFd,
-    stop_fd: RawFd,
-    n: &Notify,
-    wakeups: &AtomicU64,
-    on_error: OnError,
-) {
+/// disarm; until stopped. `counted` runs on each wake-up.
+fn notifier(fd: RawFd, stop_fd: RawFd, n: &Notify, counted: &dyn Fn(), on_error: OnError) {
     crate::squeue::set_interrupt_thread();
     let mut errors_in_a_row = 0u32;
     loop {
@@ -547,7 +630,7 @@ pub(super) fn notifier(
         errors_in_a_row = 0;
         if pfd[0].revents & libc::POLLIN != 0 {
             *n.armed.lock().unwrap_or_else(|e| e.into_inner()) = false;
-            wakeups.fetch_add(1, Ordering::Relaxed);
+            counted();
             if let Some(w) = n.waker.get() {
                 w();
             }
@@ -557,30 +640,8 @@ pub(super) fn notifier(
 
 impl Drop for TapQueue {
     fn drop(&mut self) {
-        self.notify.stop.store(true, Ordering::Release);
-        {
-            let _a = self.notify.armed.lock().unwrap_or_else(|e| e.into_inner());
-            self.notify.cv.notify_all();
-        }
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-        let _ = unsafe {
-            libc::write(
-                self.stop_fd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
-        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = h {
-            // The notifier itself may drop the last handle (its inline receive can hold
-            // the last reference to the squeue or the stack at teardown): it then
-            // finds `stop` set as soon as the waker returns and touches nothing of the
-            // queue again, so it is not joined (a thread cannot join itself).
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        // The notifier stops before the descriptor it watches closes.
+        self.notifier.stop();
     }
 }
 
@@ -784,27 +845,16 @@ impl Device for TapQueue {
         }
         drop(buf);
         if drained {
-            self.arm();
+            self.notifier.arm();
         }
     }
 
     fn next_rx(&self) -> Option<Instant> {
-        // Not armed = frames were seen and not yet read dry: come back at once.
-        if self.armed() {
-            None
-        } else {
-            Some(crate::clock::now())
-        }
+        self.notifier.next_rx()
     }
 
     fn set_rx_waker(&self, waker: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.notify.waker.set(waker);
-        // Frames that arrived before the waker was set: make sure someone looks.
-        if !self.armed() {
-            if let Some(w) = self.notify.waker.get() {
-                w();
-            }
-        }
+        self.notifier.set_waker(waker)
     }
 
     fn mtu(&self) -> u32 {
