@@ -5,10 +5,13 @@
 //! 198.18.6.2 with a MAC of its own. Needs root; without it each test says why it skipped
 //! and passes.
 
+mod common;
+
+use common::kernel_peer::{echo_round_trip, ember_sends, skip, T};
 use ember_core::wire::MacAddr;
-use ember_runtime::dev::netns::{privileged, NetNs};
+use ember_runtime::dev::netns::NetNs;
 use ember_runtime::dev::{AfPacket, AfPacketConfig, Device, ImpairConfig, Impaired};
-use ember_runtime::{IfaceConfig, Stack, TcpListener, TcpStream};
+use ember_runtime::{IfaceConfig, Stack, TcpListener};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering;
@@ -18,17 +21,6 @@ use std::time::Duration;
 const KERNEL: Ipv4Addr = Ipv4Addr::new(198, 18, 6, 1);
 const EMBER: Ipv4Addr = Ipv4Addr::new(198, 18, 6, 2);
 const MAC: MacAddr = MacAddr([0x02, 0x65, 0xaf, 0x00, 0x06, 0x02]);
-const T: Duration = Duration::from_secs(20);
-
-fn skip() -> bool {
-    match privileged() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-    }
-}
 
 /// A namespace with a veth pair (kernel end `ek0` 198.18.6.1/24, ember end `ea0` without
 /// an address), AF_PACKET on `ea0` and an ember stack on it (198.18.6.2/24). The calling
@@ -62,69 +54,6 @@ fn setup(tag: &str, queues: usize) -> (NetNs, AfPacket, Stack) {
     (ns, afp, stack)
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8)
-        .collect()
-}
-
-/// Kernel connects to ember, sends `n` bytes, ember echoes them back, both check.
-fn echo_round_trip(stack: &Stack, port: u16, n: usize) {
-    let l = TcpListener::bind(stack, SocketAddrV4::new(EMBER, port)).unwrap();
-    l.set_accept_timeout(Some(T)).unwrap();
-    let server = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
-        let mut buf = vec![0u8; 65536];
-        let mut total = 0;
-        loop {
-            let k = (&s).read(&mut buf).unwrap();
-            if k == 0 {
-                break;
-            }
-            (&s).write_all(&buf[..k]).unwrap();
-            total += k;
-        }
-        s.shutdown(std::net::Shutdown::Write).unwrap();
-        total
-    });
-    let c =
-        std::net::TcpStream::connect_timeout(&SocketAddrV4::new(EMBER, port).into(), T).unwrap();
-    c.set_read_timeout(Some(T)).unwrap();
-    let data = pattern(n, port as u8);
-    let c2 = c.try_clone().unwrap();
-    let d2 = data.clone();
-    let writer = std::thread::spawn(move || {
-        (&c2).write_all(&d2).unwrap();
-        c2.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::with_capacity(n);
-    (&c).read_to_end(&mut back).unwrap();
-    writer.join().unwrap();
-    assert_eq!(server.join().unwrap(), n);
-    assert!(back == data, "echoed bytes differ");
-}
-
-/// ember connects to a kernel listener on `port` and sends `n` bytes; the kernel checks.
-fn ember_sends(stack: &Stack, port: u16, n: usize) {
-    let kl = std::net::TcpListener::bind(SocketAddrV4::new(KERNEL, port)).unwrap();
-    let srv = std::thread::spawn(move || {
-        let (s, _) = kl.accept().unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
-        let mut v = Vec::new();
-        (&s).read_to_end(&mut v).unwrap();
-        v
-    });
-    let c = TcpStream::connect_timeout(stack, SocketAddrV4::new(KERNEL, port), T).unwrap();
-    let data = pattern(n, port as u8);
-    (&c).write_all(&data).unwrap();
-    drop(c);
-    assert!(
-        srv.join().unwrap() == data,
-        "bytes received by the kernel differ"
-    );
-}
-
 #[test]
 fn kernel_and_ember_talk_over_af_packet() {
     if skip() {
@@ -144,9 +73,9 @@ fn kernel_and_ember_talk_over_af_packet() {
         String::from_utf8_lossy(&o.stdout)
     );
     // Kernel -> ember, 4 MB both ways.
-    echo_round_trip(&stack, 7001, 4_000_000);
+    echo_round_trip(&stack, EMBER, 7001, 4_000_000);
     // ember -> kernel.
-    ember_sends(&stack, 7002, 2_000_000);
+    ember_sends(&stack, KERNEL, 7002, 2_000_000);
     // A closed port is refused at once (RST).
     let e = std::net::TcpStream::connect_timeout(&SocketAddrV4::new(EMBER, 7999).into(), T)
         .unwrap_err();
@@ -262,7 +191,7 @@ fn receive_survives_the_interface_going_down_and_up() {
         return;
     }
     let (ns, _afp, stack) = setup("flap", 1);
-    echo_round_trip(&stack, 7301, 200_000);
+    echo_round_trip(&stack, EMBER, 7301, 200_000);
     // Down and up: the packet socket reports ENETDOWN meanwhile (POLLERR), which the
     // notifier clears and keeps polling through.
     ns.ip(&["link", "set", "ea0", "down"]).unwrap();
@@ -284,7 +213,7 @@ fn receive_survives_the_interface_going_down_and_up() {
             "ember never answered again after the link came back"
         );
     }
-    echo_round_trip(&stack, 7302, 200_000);
+    echo_round_trip(&stack, EMBER, 7302, 200_000);
     stack.shutdown();
 }
 
@@ -300,12 +229,12 @@ fn two_queues_share_flows_by_hash() {
     let mut hs: Vec<_> = (0..12)
         .map(|i| {
             let st = stack.clone();
-            std::thread::spawn(move || echo_round_trip(&st, 7100 + i, 1_000_000))
+            std::thread::spawn(move || echo_round_trip(&st, EMBER, 7100 + i, 1_000_000))
         })
         .collect();
     hs.extend((0..2).map(|i| {
         let st = stack.clone();
-        std::thread::spawn(move || ember_sends(&st, 7200 + i, 1_000_000))
+        std::thread::spawn(move || ember_sends(&st, KERNEL, 7200 + i, 1_000_000))
     }));
     for h in hs {
         h.join().unwrap();

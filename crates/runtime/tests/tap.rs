@@ -2,27 +2,17 @@
 //! creates (198.18.0.0/15 addresses only; the namespace is deleted at the end, also on
 //! failure). Needs root; without it each test says why it skipped and passes.
 
-use ember_runtime::dev::netns::{privileged, NetNs};
+mod common;
+
+use common::kernel_peer::{echo_round_trip, ember_sends, skip, T};
+use ember_runtime::dev::netns::NetNs;
 use ember_runtime::dev::{Tap, TapConfig};
-use ember_runtime::{IfaceConfig, Stack, TcpListener, TcpStream};
-use std::io::{Read, Write};
+use ember_runtime::{IfaceConfig, Stack};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
-use std::time::Duration;
 
 const KERNEL: Ipv4Addr = Ipv4Addr::new(198, 18, 5, 1);
 const EMBER: Ipv4Addr = Ipv4Addr::new(198, 18, 5, 2);
-const T: Duration = Duration::from_secs(20);
-
-fn skip() -> bool {
-    match privileged() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-    }
-}
 
 /// A namespace with a TAP interface in it (kernel side 198.18.5.1/24) and an ember stack
 /// on the TAP (198.18.5.2/24). The calling thread is moved into the namespace.
@@ -52,49 +42,6 @@ fn setup(tag: &str, queues: usize, offload: bool) -> (NetNs, Tap, Stack) {
     (ns, tap, stack)
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8)
-        .collect()
-}
-
-/// Kernel connects to ember, sends `n` bytes, ember echoes them back, both check.
-fn echo_round_trip(stack: &Stack, port: u16, n: usize) {
-    let l = TcpListener::bind(stack, SocketAddrV4::new(EMBER, port)).unwrap();
-    l.set_accept_timeout(Some(T)).unwrap();
-    let server = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
-        let mut buf = vec![0u8; 65536];
-        let mut total = 0;
-        loop {
-            let k = (&s).read(&mut buf).unwrap();
-            if k == 0 {
-                break;
-            }
-            (&s).write_all(&buf[..k]).unwrap();
-            total += k;
-        }
-        s.shutdown(std::net::Shutdown::Write).unwrap();
-        total
-    });
-    let c =
-        std::net::TcpStream::connect_timeout(&SocketAddrV4::new(EMBER, port).into(), T).unwrap();
-    c.set_read_timeout(Some(T)).unwrap();
-    let data = pattern(n, port as u8);
-    let c2 = c.try_clone().unwrap();
-    let d2 = data.clone();
-    let writer = std::thread::spawn(move || {
-        (&c2).write_all(&d2).unwrap();
-        c2.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::with_capacity(n);
-    (&c).read_to_end(&mut back).unwrap();
-    writer.join().unwrap();
-    assert_eq!(server.join().unwrap(), n);
-    assert!(back == data, "echoed bytes differ");
-}
-
 #[test]
 fn kernel_and_ember_talk_over_tap() {
     if skip() {
@@ -114,21 +61,9 @@ fn kernel_and_ember_talk_over_tap() {
         String::from_utf8_lossy(&o.stdout)
     );
     // Kernel -> ember, 2 MB both ways.
-    echo_round_trip(&stack, 7001, 2_000_000);
+    echo_round_trip(&stack, EMBER, 7001, 2_000_000);
     // ember -> kernel.
-    let kl = std::net::TcpListener::bind(SocketAddrV4::new(KERNEL, 7002)).unwrap();
-    let srv = std::thread::spawn(move || {
-        let (s, _) = kl.accept().unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
-        let mut v = Vec::new();
-        (&s).read_to_end(&mut v).unwrap();
-        v
-    });
-    let c = TcpStream::connect_timeout(&stack, SocketAddrV4::new(KERNEL, 7002), T).unwrap();
-    let data = pattern(1_000_000, 9);
-    (&c).write_all(&data).unwrap();
-    drop(c);
-    assert!(srv.join().unwrap() == data);
+    ember_sends(&stack, KERNEL, 7002, 1_000_000);
     // A closed port is refused at once (RST).
     let e = std::net::TcpStream::connect_timeout(&SocketAddrV4::new(EMBER, 7999).into(), T)
         .unwrap_err();
@@ -149,7 +84,7 @@ fn multi_queue_tap_with_offload() {
     let hs: Vec<_> = (0..4)
         .map(|i| {
             let st = stack.clone();
-            std::thread::spawn(move || echo_round_trip(&st, 7100 + i, 3_000_000))
+            std::thread::spawn(move || echo_round_trip(&st, EMBER, 7100 + i, 3_000_000))
         })
         .collect();
     for h in hs {

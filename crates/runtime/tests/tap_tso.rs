@@ -38,11 +38,14 @@
 //! deadline, kernel socket reads have a timeout, the accept is non-blocking in a bounded
 //! loop. Needs root; without it the test says why it skipped and passes.
 
+mod common;
+
+use common::kernel_peer::{pattern, skip};
 use ember_core::wire::{
     ethertype, ip_proto, ArpOp, ArpRepr, EthernetRepr, Ipv4Repr, MacAddr, TcpFlags, TcpOptions,
     TcpRepr, ARP_LEN, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
-use ember_runtime::dev::netns::{privileged, NetNs};
+use ember_runtime::dev::netns::NetNs;
 use ember_runtime::dev::tap::TapQueue;
 use ember_runtime::dev::{Device, Tap, TapConfig};
 use std::collections::VecDeque;
@@ -69,22 +72,6 @@ const DOWN: usize = 200_000;
 const WINDOW: u16 = 65_535;
 /// Bound on each phase (normally each takes milliseconds).
 const STEP: Duration = Duration::from_secs(5);
-
-fn skip() -> bool {
-    match privileged() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-    }
-}
-
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8)
-        .collect()
-}
 
 /// A TCP segment from the kernel, its checksums verified.
 struct Seg {

@@ -42,3 +42,92 @@ impl Rng {
         }
     }
 }
+
+/// Helpers of the tests that put ember on a real link (TAP, AF_PACKET) against the kernel
+/// inside a namespace.
+pub mod kernel_peer {
+    use ember_runtime::{Stack, TcpListener, TcpStream};
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use std::time::Duration;
+
+    /// The bound on every blocking step.
+    pub const T: Duration = Duration::from_secs(20);
+
+    /// True (after saying why) when this process may not make namespaces and devices.
+    pub fn skip() -> bool {
+        match ember_runtime::dev::netns::privileged() {
+            Ok(()) => false,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                true
+            }
+        }
+    }
+
+    /// `n` bytes of a pattern that differs per `seed`.
+    pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8)
+            .collect()
+    }
+
+    /// The kernel connects to ember at `ember:port`, sends `n` bytes, ember echoes them
+    /// back; both sides check.
+    pub fn echo_round_trip(stack: &Stack, ember: Ipv4Addr, port: u16, n: usize) {
+        let l = TcpListener::bind(stack, SocketAddrV4::new(ember, port)).unwrap();
+        l.set_accept_timeout(Some(T)).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(T)).unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut total = 0;
+            loop {
+                let k = (&s).read(&mut buf).unwrap();
+                if k == 0 {
+                    break;
+                }
+                (&s).write_all(&buf[..k]).unwrap();
+                total += k;
+            }
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            total
+        });
+        let c = std::net::TcpStream::connect_timeout(&SocketAddrV4::new(ember, port).into(), T)
+            .unwrap();
+        c.set_read_timeout(Some(T)).unwrap();
+        let data = pattern(n, port as u8);
+        let c2 = c.try_clone().unwrap();
+        let d2 = data.clone();
+        let writer = std::thread::spawn(move || {
+            (&c2).write_all(&d2).unwrap();
+            c2.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut back = Vec::with_capacity(n);
+        (&c).read_to_end(&mut back).unwrap();
+        writer.join().unwrap();
+        assert_eq!(server.join().unwrap(), n);
+        assert!(back == data, "echoed bytes differ");
+    }
+
+    /// ember connects to a kernel listener at `kernel:port` and sends `n` bytes; the
+    /// kernel checks them.
+    pub fn ember_sends(stack: &Stack, kernel: Ipv4Addr, port: u16, n: usize) {
+        let kl = std::net::TcpListener::bind(SocketAddrV4::new(kernel, port)).unwrap();
+        let srv = std::thread::spawn(move || {
+            let (s, _) = kl.accept().unwrap();
+            s.set_read_timeout(Some(T)).unwrap();
+            let mut v = Vec::new();
+            (&s).read_to_end(&mut v).unwrap();
+            v
+        });
+        let c = TcpStream::connect_timeout(stack, SocketAddrV4::new(kernel, port), T).unwrap();
+        let data = pattern(n, port as u8);
+        (&c).write_all(&data).unwrap();
+        drop(c);
+        assert!(
+            srv.join().unwrap() == data,
+            "bytes received by the kernel differ"
+        );
+    }
+}
