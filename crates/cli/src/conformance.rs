@@ -62,25 +62,10 @@ fn glob_match(glob: &[u8], text: &[u8]) -> bool {
 
 /// The scripts under `root`, sorted, as (path relative to root, full path).
 fn find_scripts(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
-    let mut files = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "pkt") {
-                let rel = path
-                    .strip_prefix(root)
-                    .unwrap_or(&path)
-                    .to_string_lossy()
-                    .to_string();
-                files.push((rel, path));
-            }
-        }
-    }
-    files.sort();
-    Ok(files)
+    Ok(ember_conformance::corpus::scripts_under(root)?
+        .into_iter()
+        .map(|(rel, full)| (rel.to_string_lossy().to_string(), full))
+        .collect())
 }
 
 #[derive(Default, Clone, Copy)]

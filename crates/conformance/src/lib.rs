@@ -24,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod corpus;
 pub mod packets;
 pub mod profile;
 pub mod run;

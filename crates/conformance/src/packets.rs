@@ -1835,39 +1835,7 @@ mod corpus_tests {
 
     /// The corpus scripts (path, text), sorted; `None` with a note if it is absent.
     pub(super) fn corpus() -> Option<Vec<(std::path::PathBuf, String)>> {
-        let root = std::env::var_os("EMBER_PACKETDRILL_CORPUS")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../../shared/conformance/packetdrill")
-            });
-        let net = root.join("gtests/net");
-        if !net.is_dir() {
-            println!("skipped: corpus not found at {}", root.display());
-            return None;
-        }
-        let mut files = Vec::new();
-        let mut stack = vec![net];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path.extension().is_some_and(|e| e == "pkt") {
-                    files.push(path);
-                }
-            }
-        }
-        files.sort();
-        Some(
-            files
-                .into_iter()
-                .map(|p| {
-                    let t = std::fs::read_to_string(&p).unwrap();
-                    (p, t)
-                })
-                .collect(),
-        )
+        crate::corpus::load(&crate::corpus::default_root())
     }
 
     /// The option bytes a stack that does exactly what the line says would send.

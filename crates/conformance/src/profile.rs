@@ -1376,12 +1376,7 @@ mod tests {
     }
 
     fn corpus_net() -> Option<PathBuf> {
-        let root = std::env::var_os("EMBER_PACKETDRILL_CORPUS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../../shared/conformance/packetdrill")
-            });
+        let root = crate::corpus::default_root();
         let net = root.join("gtests/net");
         if net.is_dir() {
             Some(net)
@@ -1392,25 +1387,13 @@ mod tests {
     }
 
     fn corpus_scripts(net: &Path) -> Vec<(PathBuf, Script)> {
-        let mut files = Vec::new();
-        let mut stack = vec![net.to_path_buf()];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path.extension().is_some_and(|e| e == "pkt") {
-                    files.push(path);
-                }
-            }
-        }
-        files.sort();
-        files
+        crate::corpus::scripts_under(net)
+            .unwrap()
             .into_iter()
-            .map(|p| {
-                let text = std::fs::read_to_string(&p).unwrap();
-                let s = parse(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                (p.strip_prefix(net).unwrap().to_path_buf(), s)
+            .map(|(rel, full)| {
+                let text = std::fs::read_to_string(&full).unwrap();
+                let s = parse(&text).unwrap_or_else(|e| panic!("{}: {e}", full.display()));
+                (rel, s)
             })
             .collect()
     }

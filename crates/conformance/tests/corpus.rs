@@ -18,45 +18,9 @@ use ember_conformance::script::{
 };
 use proptest::prelude::*;
 
-fn corpus_root() -> PathBuf {
-    if let Some(p) = std::env::var_os("EMBER_PACKETDRILL_CORPUS") {
-        return PathBuf::from(p);
-    }
-    // crates/conformance -> workspace root -> its parent.
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/packetdrill")
-}
-
 /// The `*.pkt` files under the corpus, sorted; `None` (with a note printed) if absent.
 fn scripts() -> Option<Vec<(PathBuf, String)>> {
-    let root = corpus_root();
-    let net = root.join("gtests/net");
-    if !net.is_dir() {
-        static NOTE: std::sync::Once = std::sync::Once::new();
-        NOTE.call_once(|| println!("skipped: corpus not found at {}", root.display()));
-        return None;
-    }
-    let mut files = Vec::new();
-    let mut stack = vec![net.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read corpus dir") {
-            let path = entry.expect("dir entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "pkt") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    Some(
-        files
-            .into_iter()
-            .map(|p| {
-                let text = std::fs::read_to_string(&p).expect("read script");
-                (p.strip_prefix(&net).expect("under net").to_path_buf(), text)
-            })
-            .collect(),
-    )
+    ember_conformance::corpus::load(&ember_conformance::corpus::default_root())
 }
 
 fn parse_one(scripts: &[(PathBuf, String)], rel: &str) -> Script {

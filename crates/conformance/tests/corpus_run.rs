@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ember_conformance::run::{run_script, RunOptions, RunResult};
@@ -26,42 +26,8 @@ use ember_conformance::script::parse;
 /// At most this many `Error` outcomes over the 162 scripts (5%).
 const MAX_ERRORS: usize = 8;
 
-fn corpus_root() -> PathBuf {
-    if let Some(p) = std::env::var_os("EMBER_PACKETDRILL_CORPUS") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/packetdrill")
-}
-
 fn scripts() -> Option<Vec<(PathBuf, String)>> {
-    let root = corpus_root();
-    let net = root.join("gtests/net");
-    if !net.is_dir() {
-        println!("skipped: corpus not found at {}", root.display());
-        return None;
-    }
-    let mut files = Vec::new();
-    let mut stack = vec![net.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read corpus dir") {
-            let path = entry.expect("dir entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "pkt") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    Some(
-        files
-            .into_iter()
-            .map(|p| {
-                let text = std::fs::read_to_string(&p).expect("read script");
-                (p.strip_prefix(&net).expect("under net").to_path_buf(), text)
-            })
-            .collect(),
-    )
+    ember_conformance::corpus::load(&ember_conformance::corpus::default_root())
 }
 
 #[derive(Default)]
