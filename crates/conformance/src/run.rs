@@ -173,7 +173,7 @@ impl fmt::Display for RunResult {
 
 /// Why a run stopped early.
 #[derive(Debug)]
-enum Stop {
+pub(crate) enum Stop {
     Fail {
         line: u32,
         expected: String,
@@ -183,9 +183,9 @@ enum Stop {
     Error(String),
 }
 
-type R<T> = Result<T, Stop>;
+pub(crate) type R<T> = Result<T, Stop>;
 
-fn fail<T>(line: u32, expected: impl Into<String>, got: impl Into<String>) -> R<T> {
+pub(crate) fn fail<T>(line: u32, expected: impl Into<String>, got: impl Into<String>) -> R<T> {
     Err(Stop::Fail {
         line,
         expected: expected.into(),
@@ -193,7 +193,7 @@ fn fail<T>(line: u32, expected: impl Into<String>, got: impl Into<String>) -> R<
     })
 }
 
-fn unsup<T>(why: impl Into<String>) -> R<T> {
+pub(crate) fn unsup<T>(why: impl Into<String>) -> R<T> {
     Err(Stop::Unsupported(why.into()))
 }
 
@@ -223,7 +223,7 @@ pub fn run_script(script: &Script, opts: &RunOptions) -> Outcome {
     Outcome { result, detail }
 }
 
-fn stop_result(s: Stop) -> RunResult {
+pub(crate) fn stop_result(s: Stop) -> RunResult {
     match s {
         Stop::Fail {
             line,
@@ -309,7 +309,7 @@ struct Runner {
     trace: Vec<String>,
 }
 
-fn us(t: Instant) -> String {
+pub(crate) fn us(t: Instant) -> String {
     let u = t.as_micros();
     format!("{}.{:06}", u / 1_000_000, u % 1_000_000)
 }
@@ -737,7 +737,7 @@ impl Runner {
             let CodeStmtKind::Assert { test, .. } = &st.kind else {
                 return unsup("code statements other than assert");
             };
-            let v = code_eval(test, &info)?;
+            let v = code_eval(test, &|n| tcpi(n, &info))?;
             self.log(format!("assert line {}: {}", st.line, v != 0));
             if v == 0 {
                 let vals = code_names(test)
@@ -846,30 +846,7 @@ impl Runner {
     }
 
     fn check_ret(&self, line: u32, sc: &Syscall, got: Result<i64, &'static str>) -> R<()> {
-        let want = eval(&sc.ret)?;
-        let want_text = match (&want, &sc.errno) {
-            (None, _) => "...".to_string(),
-            (Some(v), Some(e)) => format!("{v} {e}"),
-            (Some(v), None) => v.to_string(),
-        };
-        let got_text = match got {
-            Ok(v) => v.to_string(),
-            Err(e) => format!("-1 {e}"),
-        };
-        let ok = match (want, got) {
-            (None, _) => true,
-            (Some(w), Ok(v)) => w == v && sc.errno.is_none(),
-            (Some(w), Err(e)) => w == -1 && sc.errno.as_deref() == Some(e),
-        };
-        if ok {
-            Ok(())
-        } else {
-            fail(
-                line,
-                format!("{}() = {want_text}", sc.name),
-                format!("{}() = {got_text}", sc.name),
-            )
-        }
+        check_ret(line, sc, got)
     }
 
     fn fd_arg(&self, sc: &Syscall) -> R<i64> {
@@ -1356,15 +1333,15 @@ impl Runner {
     }
 }
 
-const O_NONBLOCK: i64 = 0o4000;
+pub(crate) const O_NONBLOCK: i64 = 0o4000;
 
-fn inst(micros: i64) -> R<Instant> {
+pub(crate) fn inst(micros: i64) -> R<Instant> {
     u64::try_from(micros)
         .map(Instant::from_micros)
         .map_err(|_| Stop::Error(format!("negative time {micros}")))
 }
 
-fn add(base: Instant, micros: i64) -> R<Instant> {
+pub(crate) fn add(base: Instant, micros: i64) -> R<Instant> {
     let d = u64::try_from(micros).map_err(|_| Stop::Error(format!("negative time {micros}")))?;
     Ok(base.saturating_add(Duration::from_micros(d)))
 }
@@ -1398,7 +1375,7 @@ fn tcpi(name: &str, i: &TcbInfo) -> Option<i64> {
     })
 }
 
-fn code_names(e: &CodeExpr) -> Vec<String> {
+pub(crate) fn code_names(e: &CodeExpr) -> Vec<String> {
     match e {
         CodeExpr::Name(n) => vec![n.clone()],
         CodeExpr::Binary(_, a, b) => [code_names(a), code_names(b)].concat(),
@@ -1414,10 +1391,10 @@ fn code_names(e: &CodeExpr) -> Vec<String> {
     }
 }
 
-fn code_eval(e: &CodeExpr, i: &TcbInfo) -> R<i64> {
+pub(crate) fn code_eval(e: &CodeExpr, i: &dyn Fn(&str) -> Option<i64>) -> R<i64> {
     Ok(match e {
         CodeExpr::Int(v) => *v,
-        CodeExpr::Name(n) => match tcpi(n, i) {
+        CodeExpr::Name(n) => match i(n) {
             Some(v) => v,
             None => return unsup(format!("tcp_info field {n}")),
         },
@@ -1467,16 +1444,44 @@ fn code_eval(e: &CodeExpr, i: &TcbInfo) -> R<i64> {
     })
 }
 
+/// The call's return value (and errno) against the script's; `...` accepts anything.
+pub(crate) fn check_ret(line: u32, sc: &Syscall, got: Result<i64, &'static str>) -> R<()> {
+    let want = eval(&sc.ret)?;
+    let want_text = match (&want, &sc.errno) {
+        (None, _) => "...".to_string(),
+        (Some(v), Some(e)) => format!("{v} {e}"),
+        (Some(v), None) => v.to_string(),
+    };
+    let got_text = match got {
+        Ok(v) => v.to_string(),
+        Err(e) => format!("-1 {e}"),
+    };
+    let ok = match (want, got) {
+        (None, _) => true,
+        (Some(w), Ok(v)) => w == v && sc.errno.is_none(),
+        (Some(w), Err(e)) => w == -1 && sc.errno.as_deref() == Some(e),
+    };
+    if ok {
+        Ok(())
+    } else {
+        fail(
+            line,
+            format!("{}() = {want_text}", sc.name),
+            format!("{}() = {got_text}", sc.name),
+        )
+    }
+}
+
 /// Buffers are `...` (zeros written, contents read not checked); a written buffer
 /// (`NULL` for EFAULT, a string) is beyond this runner.
-fn buffer_is_ellipsis(sc: &Syscall) -> R<()> {
+pub(crate) fn buffer_is_ellipsis(sc: &Syscall) -> R<()> {
     match sc.args.get(1).map(|a| &a.kind) {
         None | Some(ExprKind::Ellipsis) => Ok(()),
         Some(k) => unsup(format!("{}() with a buffer argument {k:?}", sc.name)),
     }
 }
 
-fn arg_int(sc: &Syscall, i: usize) -> R<Option<i64>> {
+pub(crate) fn arg_int(sc: &Syscall, i: usize) -> R<Option<i64>> {
     match sc.args.get(i) {
         None => Ok(None),
         Some(e) => eval(e),
@@ -1484,7 +1489,7 @@ fn arg_int(sc: &Syscall, i: usize) -> R<Option<i64>> {
 }
 
 /// The value of an integer expression; `None` for `...`.
-fn eval(e: &Expr) -> R<Option<i64>> {
+pub(crate) fn eval(e: &Expr) -> R<Option<i64>> {
     Ok(match &e.kind {
         ExprKind::Ellipsis => None,
         ExprKind::Int(v) => Some(*v),
@@ -1497,7 +1502,7 @@ fn eval(e: &Expr) -> R<Option<i64>> {
     })
 }
 
-fn constant(w: &str) -> R<i64> {
+pub(crate) fn constant(w: &str) -> R<i64> {
     Ok(match w {
         "O_RDONLY" => 0,
         "O_WRONLY" => 1,
@@ -1536,7 +1541,7 @@ fn errno_of(e: &std::io::Error) -> &'static str {
     }
 }
 
-fn errno_number(name: &str) -> i64 {
+pub(crate) fn errno_number(name: &str) -> i64 {
     match name {
         "EIO" => 5,
         "EBADF" => 9,
@@ -1560,7 +1565,7 @@ fn errno_number(name: &str) -> i64 {
 }
 
 /// A short text of a script packet line.
-fn describe(p: &Packet) -> String {
+pub(crate) fn describe(p: &Packet) -> String {
     match &p.body {
         PacketBody::Tcp(t) => {
             let f = t.flags;
@@ -1596,7 +1601,7 @@ fn describe(p: &Packet) -> String {
     }
 }
 
-fn tcp_fields(ip: &[u8]) -> Option<(u32, u32, u8, u16, usize)> {
+pub(crate) fn tcp_fields(ip: &[u8]) -> Option<(u32, u32, u8, u16, usize)> {
     let ihl = usize::from(ip.first()? & 0x0f) * 4;
     if ip.get(9) != Some(&6) {
         return None;
@@ -1614,7 +1619,7 @@ fn tcp_fields(ip: &[u8]) -> Option<(u32, u32, u8, u16, usize)> {
 }
 
 /// A TCP datagram taken apart (None if it is not one, or is malformed).
-fn raw_segment(ip: &[u8]) -> Option<RawSegment> {
+pub(crate) fn raw_segment(ip: &[u8]) -> Option<RawSegment> {
     let ihl = usize::from(ip.first()? & 0x0f) * 4;
     if ip.get(9) != Some(&6) || ihl < 20 {
         return None;
@@ -1649,7 +1654,7 @@ fn raw_segment(ip: &[u8]) -> Option<RawSegment> {
 }
 
 /// A short text of a datagram the stack sent, in script-relative numbers.
-fn summarize(ip: &[u8], flow: &Flow) -> String {
+pub(crate) fn summarize(ip: &[u8], flow: &Flow) -> String {
     match tcp_fields(ip) {
         Some((seq, ack, flags, win, len)) => {
             let s = seq.wrapping_sub(flow.stack_base());
@@ -1672,7 +1677,7 @@ fn summarize(ip: &[u8], flow: &Flow) -> String {
 }
 
 /// A short text of a datagram the script injects, in script-relative numbers.
-fn summarize_in(ip: &[u8], flow: &Flow) -> String {
+pub(crate) fn summarize_in(ip: &[u8], flow: &Flow) -> String {
     match tcp_fields(ip) {
         Some((seq, ack, flags, win, len)) => {
             let s = seq.wrapping_sub(flow.script_isn);
