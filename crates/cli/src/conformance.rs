@@ -6,12 +6,15 @@
 //! expected, got), unsupported (with the reason) or error (the script could not be parsed
 //! or run). The output is a table per directory, or with `--json -` the JSON
 //! document. `--only GLOB` keeps the scripts whose path (relative to the corpus's
-//! `gtests/net`) matches a glob with `*` and `?`. The Linux backend (the same script
-//! against the kernel through a TUN device) is not built yet: `--backend linux` says so
-//! and exits 2.
+//! `gtests/net`) matches a glob with `*` and `?`. `--backend linux` runs the same scripts
+//! against the Linux kernel through a TUN device in a network namespace per script
+//! (`ember_conformance::linux`; root only, wall-clock time, `--jobs N` scripts at once).
+//! `--min-pass N` (or `--ratchet FILE` holding a line `BACKEND N`) makes the command
+//! exit 1 when fewer than N scripts pass: `.ci/run`'s ratchet.
 
 use clap::Args;
-use ember_conformance::run::{run_script, RunOptions, RunResult};
+use ember_conformance::linux::{run_script_linux, CorpusCopy, LinuxOptions};
+use ember_conformance::run::{run_script, Outcome, RunOptions, RunResult};
 use ember_conformance::script;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,9 +26,20 @@ pub struct PacketdrillArgs {
     /// The packetdrill corpus (the directory holding `gtests/net`).
     #[arg(long, default_value = "../shared/conformance/packetdrill")]
     pub corpus: PathBuf,
-    /// Which TCP runs the scripts: `ember` (built) or `linux` (not yet).
-    #[arg(long, default_value = "ember")]
+    /// Which TCP runs the scripts: `ember` (in-process, virtual time) or `linux` (the
+    /// kernel through a TUN device in a namespace; root only).
+    #[arg(long, default_value = "ember", value_parser = ["ember", "linux"])]
     pub backend: String,
+    /// Scripts run at once by the Linux backend (each in its own namespace; they mostly
+    /// sleep, but timing tolerances are a few ms, so keep this small).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub jobs: u16,
+    /// Exit 1 if fewer than this many scripts pass.
+    #[arg(long)]
+    pub min_pass: Option<usize>,
+    /// A file of `BACKEND N` lines (`#` comments): the minimum passes for this backend.
+    #[arg(long)]
+    pub ratchet: Option<PathBuf>,
     /// Only scripts whose path matches this glob (`*`, `?`), e.g. `tcp/shutdown/*`.
     #[arg(long)]
     pub only: Option<String>,
@@ -76,13 +90,91 @@ struct Tally {
     error: usize,
 }
 
+/// Runs one script file with the chosen backend: (result, detail).
+fn run_one(backend: &str, path: &Path, shell_dir: &Path) -> (&'static str, String) {
+    let text = match std::fs::read_to_string(path) {
+        Err(e) => return ("error", format!("cannot read: {e}")),
+        Ok(t) => t,
+    };
+    let s = match script::parse(&text) {
+        Err(e) => return ("error", format!("parse: {e}")),
+        Ok(s) => s,
+    };
+    // A runner panic is an interpreter bug: reported as an error.
+    let out = std::panic::catch_unwind(|| -> Outcome {
+        if backend == "linux" {
+            run_script_linux(&s, shell_dir, &LinuxOptions::default())
+        } else {
+            run_script(&s, &RunOptions::default())
+        }
+    });
+    match out {
+        Err(_) => ("error", "the runner panicked".to_string()),
+        Ok(o) => match o.result {
+            _ if std::env::var_os("EMBER_PD_TRACE").is_some_and(|v| {
+                path.to_string_lossy()
+                    .contains(v.to_string_lossy().as_ref())
+            }) && !o.detail.is_empty() =>
+            {
+                eprintln!("== {}: {}\n{}", path.display(), o.result, o.detail);
+                classify(o.result)
+            }
+            r => classify(r),
+        },
+    }
+}
+
+/// (result, detail) of a verdict.
+fn classify(r: RunResult) -> (&'static str, String) {
+    match r {
+        RunResult::Pass => ("pass", String::new()),
+        RunResult::Fail {
+            line,
+            expected,
+            got,
+        } => (
+            "fail",
+            format!("line {line}: expected {expected}, got {got}"),
+        ),
+        RunResult::Unsupported(r) => ("unsupported", r),
+        RunResult::Error(r) => ("error", r),
+    }
+}
+
+/// The minimum pass count for `backend` in a ratchet file (`BACKEND N` lines).
+fn ratchet_min(path: &Path, backend: &str) -> Result<Option<usize>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for l in text.lines() {
+        let l = l.split('#').next().unwrap_or("").trim();
+        let mut w = l.split_whitespace();
+        if w.next() == Some(backend) {
+            return w
+                .next()
+                .and_then(|n| n.parse().ok())
+                .map(Some)
+                .ok_or_else(|| format!("{}: bad line {l:?}", path.display()));
+        }
+    }
+    Ok(None)
+}
+
 pub fn main(a: PacketdrillArgs) -> ExitCode {
-    if a.backend != "ember" {
-        eprintln!(
-            "ember conformance: backend {:?}: only `ember` is built; the Linux backend (TUN in a namespace) is not yet",
-            a.backend
-        );
-        return ExitCode::from(2);
+    if a.backend == "linux" {
+        if let Err(e) = ember_conformance::linux::available() {
+            eprintln!("ember conformance: the Linux backend needs root: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let mut min_pass = a.min_pass;
+    if let Some(f) = &a.ratchet {
+        match ratchet_min(f, &a.backend) {
+            Ok(Some(n)) => min_pass = Some(min_pass.map_or(n, |m| m.max(n))),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("ember conformance: --ratchet {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     let net = a.corpus.join("gtests/net");
     let root = if net.is_dir() { net } else { a.corpus.clone() };
@@ -97,42 +189,65 @@ pub fn main(a: PacketdrillArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let opts = RunOptions::default();
+    let scripts: Vec<(String, PathBuf)> = scripts
+        .into_iter()
+        .filter(|(rel, _)| {
+            a.only
+                .as_ref()
+                .is_none_or(|g| glob_match(g.as_bytes(), rel.as_bytes()))
+        })
+        .collect();
+    // The ember backend is deterministic and quick: one at a time. The Linux backend's
+    // scripts mostly wait on the wall clock: --jobs of them at once.
+    let jobs = if a.backend == "linux" {
+        usize::from(a.jobs)
+    } else {
+        1
+    };
+    // The Linux backend runs the scripts' shell lines in a copy of the corpus whose
+    // helper scripts are executable.
+    let copy = if a.backend == "linux" {
+        match CorpusCopy::new(&root) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("ember conformance: copying {}: {e}", root.display());
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        None
+    };
+    let results: Vec<std::sync::Mutex<Option<(&'static str, String)>>> = scripts
+        .iter()
+        .map(|_| std::sync::Mutex::new(None))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((rel, path)) = scripts.get(i) else {
+                    break;
+                };
+                let in_copy = copy.as_ref().map(|c| c.path().join(rel));
+                let shell_dir = in_copy
+                    .as_deref()
+                    .unwrap_or(path)
+                    .parent()
+                    .unwrap_or(Path::new("."));
+                let r = run_one(&a.backend, path, shell_dir);
+                *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
+    });
     let mut rows = Vec::new();
     let mut dirs: BTreeMap<String, Tally> = BTreeMap::new();
     let mut total = Tally::default();
-    for (rel, path) in scripts {
-        if let Some(g) = &a.only {
-            if !glob_match(g.as_bytes(), rel.as_bytes()) {
-                continue;
-            }
-        }
-        let (result, detail) = match std::fs::read_to_string(&path) {
-            Err(e) => ("error", format!("cannot read: {e}")),
-            Ok(text) => match script::parse(&text) {
-                Err(e) => ("error", format!("parse: {e}")),
-                Ok(s) => {
-                    // A runner panic is an interpreter bug: reported as an error.
-                    let out = std::panic::catch_unwind(|| run_script(&s, &opts));
-                    match out {
-                        Err(_) => ("error", "the runner panicked".to_string()),
-                        Ok(o) => match o.result {
-                            RunResult::Pass => ("pass", String::new()),
-                            RunResult::Fail {
-                                line,
-                                expected,
-                                got,
-                            } => (
-                                "fail",
-                                format!("line {line}: expected {expected}, got {got}"),
-                            ),
-                            RunResult::Unsupported(r) => ("unsupported", r),
-                            RunResult::Error(r) => ("error", r),
-                        },
-                    }
-                }
-            },
-        };
+    for ((rel, _), r) in scripts.into_iter().zip(results) {
+        let (result, detail) = r
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or(("error", "not run".to_string()));
         let dir = Path::new(&rel)
             .parent()
             .map(|p| p.to_string_lossy().to_string())
@@ -151,7 +266,7 @@ pub fn main(a: PacketdrillArgs) -> ExitCode {
     let n = rows.len();
     if let Some(dest) = &a.json {
         let doc = serde_json::json!({
-            "backend": "ember",
+            "backend": a.backend,
             "total": n,
             "pass": total.pass,
             "fail": total.fail,
@@ -172,7 +287,11 @@ pub fn main(a: PacketdrillArgs) -> ExitCode {
     let mut out = String::new();
     out.push_str(&format!(
         "{:<34} {:>5} {:>5} {:>5} {:>5}\n",
-        "directory (backend ember)", "pass", "fail", "unsup", "error"
+        format!("directory (backend {})", a.backend),
+        "pass",
+        "fail",
+        "unsup",
+        "error"
     ));
     for (d, t) in &dirs {
         out.push_str(&format!(
@@ -205,6 +324,15 @@ pub fn main(a: PacketdrillArgs) -> ExitCode {
         eprint!("{out}");
     } else {
         print!("{out}");
+    }
+    if let Some(m) = min_pass {
+        if total.pass < m {
+            eprintln!(
+                "ember conformance: {} scripts pass on the {} backend, fewer than the {m} recorded",
+                total.pass, a.backend
+            );
+            return ExitCode::FAILURE;
+        }
     }
     ExitCode::SUCCESS
 }

@@ -1,12 +1,12 @@
 //! # ember-conformance: packetdrill scripts against ember
 //!
-//! This crate will be ember's packetdrill interpreter: it reads the scripts of the
+//! This crate is ember's packetdrill interpreter: it reads the scripts of the
 //! packetdrill test corpus (timed packets, system calls, shell commands and `tcp_info`
 //! assertions) and runs them against two backends, ember's own stack (driven through
 //! its sans-IO core on a virtual clock) and the Linux kernel (over a TUN device), so
 //! that the same script both checks ember and checks the script.
 //!
-//! Today it holds the script language: [`script::parse`] turns a script into a
+//! The script language: [`script::parse`] turns a script into a
 //! [`script::Script`] syntax tree, with errors that carry a line and a column. The
 //! grammar is the one documented in packetdrill's `syntax.md`; the corpus under
 //! `shared/conformance/packetdrill/gtests/net` is the test of coverage (every script
@@ -21,10 +21,18 @@
 //! [`run`] is the ember backend: [`run::run_script`] runs a parsed script against
 //! ember's sans-IO core on a virtual clock and scores it (pass, fail with the line,
 //! unsupported with the reason).
+//!
+//! [`linux`] is the Linux backend: [`linux::run_script_linux`] runs the same script
+//! against the kernel through a TUN device in a network namespace of its own, with real
+//! system calls on a wall clock (root only). It is the interpreter's calibration: what
+//! Linux fails here is an interpreter bug, not an ember bug. It is the only module with
+//! `unsafe` (the system calls), each block with its `SAFETY:` reason.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod corpus;
+#[allow(unsafe_code)]
+pub mod linux;
 pub mod packets;
 pub mod profile;
 pub mod run;
