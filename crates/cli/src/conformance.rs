@@ -40,6 +40,10 @@ pub struct PacketdrillArgs {
     /// A file of `BACKEND N` lines (`#` comments): the minimum passes for this backend.
     #[arg(long)]
     pub ratchet: Option<PathBuf>,
+    /// The JSON document of a Linux-backend run: report how many of the scripts Linux
+    /// passes this run passes, leaving out those unsupported for a feature ember lacks.
+    #[arg(long)]
+    pub against: Option<PathBuf>,
     /// Only scripts whose path matches this glob (`*`, `?`), e.g. `tcp/shutdown/*`.
     #[arg(long)]
     pub only: Option<String>,
@@ -139,6 +143,94 @@ fn classify(r: RunResult) -> (&'static str, String) {
         RunResult::Unsupported(r) => ("unsupported", r),
         RunResult::Error(r) => ("error", r),
     }
+}
+
+/// Features ember does not have, as they appear in the ember backend's unsupported
+/// reasons: a script unsupported for one of these is left out of the comparison with
+/// Linux (issue 6). Anything else unsupported counts as not passed.
+const MISSING_FEATURES: &[(&str, &str)] = &[
+    ("Fast Open", "TCP Fast Open"),
+    ("fastopen", "TCP Fast Open"),
+    ("ZEROCOPY", "MSG_ZEROCOPY"),
+    ("TIMESTAMPING", "SO_TIMESTAMPING"),
+    ("MD5", "TCP_MD5SIG"),
+    ("IPv6", "IPv6"),
+    ("ECN", "ECN"),
+    ("tcp_ecn", "ECN"),
+    ("MSG_EOR", "MSG_EOR record boundaries"),
+    ("NOTSENT_LOWAT", "TCP_NOTSENT_LOWAT"),
+    ("notsent_lowat", "TCP_NOTSENT_LOWAT"),
+    ("TCP_INQ", "TCP_INQ"),
+    ("qdisc", "a queueing discipline on the device"),
+    ("IP_MTU_DISCOVER", "path MTU discovery control"),
+    ("mtu_probing", "packetization-layer PMTU probing"),
+    ("IP_FREEBIND", "IP_FREEBIND"),
+    ("splice", "splice"),
+    ("sendfile", "sendfile"),
+    ("open()", "files"),
+    ("pipe()", "pipes"),
+];
+
+/// The comparison with a Linux-backend run (`--against`).
+fn against(path: &Path, rows: &[(String, &'static str, String)]) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let linux: BTreeMap<String, String> = doc["scripts"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no scripts array", path.display()))?
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s["path"].as_str()?.to_string(),
+                s["result"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let mut out = String::new();
+    let (mut denom, mut pass) = (0usize, 0usize);
+    let mut left_out = Vec::new();
+    let mut missed = Vec::new();
+    for (p, r, d) in rows {
+        if linux.get(p).map(String::as_str) != Some("pass") {
+            continue;
+        }
+        if *r == "unsupported" {
+            if let Some((_, f)) = MISSING_FEATURES.iter().find(|(k, _)| d.contains(k)) {
+                left_out.push(format!("  {p}: {f} ({d})"));
+                continue;
+            }
+        }
+        denom += 1;
+        if *r == "pass" {
+            pass += 1;
+        } else {
+            missed.push(format!("  {p}: {r}: {d}"));
+        }
+    }
+    let linux_pass = linux.values().filter(|r| *r == "pass").count();
+    out.push_str(&format!(
+        "against Linux ({}): Linux passes {linux_pass}; {} left out as unsupported for a feature ember lacks; \
+         this run passes {pass} of the other {denom} ({})\n",
+        path.display(),
+        left_out.len(),
+        if denom == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}%", 100.0 * pass as f64 / denom as f64)
+        }
+    ));
+    if !left_out.is_empty() {
+        out.push_str("left out:\n");
+        out.push_str(&left_out.join("\n"));
+        out.push('\n');
+    }
+    if !missed.is_empty() {
+        out.push_str("Linux passes, this run does not:\n");
+        out.push_str(&missed.join("\n"));
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// The minimum pass count for `backend` in a ratchet file (`BACKEND N` lines).
@@ -285,45 +377,59 @@ pub fn main(a: PacketdrillArgs) -> ExitCode {
     // The table goes to stdout unless the JSON does.
     let table_to_stderr = a.json.as_deref() == Some("-");
     let mut out = String::new();
+    let pct = |p: usize, d: usize| {
+        if d == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}%", 100.0 * p as f64 / d as f64)
+        }
+    };
+    let row = |name: &str, t: &Tally| {
+        let all = t.pass + t.fail + t.unsupported + t.error;
+        format!(
+            "{:<34} {:>5} {:>5} {:>5} {:>5} {:>8} {:>8}\n",
+            name,
+            t.pass,
+            t.fail,
+            t.unsupported,
+            t.error,
+            pct(t.pass, t.pass + t.fail),
+            pct(t.pass, all)
+        )
+    };
     out.push_str(&format!(
-        "{:<34} {:>5} {:>5} {:>5} {:>5}\n",
+        "{:<34} {:>5} {:>5} {:>5} {:>5} {:>8} {:>8}\n",
         format!("directory (backend {})", a.backend),
         "pass",
         "fail",
         "unsup",
-        "error"
+        "error",
+        "p/(p+f)",
+        "p/total"
     ));
     for (d, t) in &dirs {
-        out.push_str(&format!(
-            "{:<34} {:>5} {:>5} {:>5} {:>5}\n",
-            d, t.pass, t.fail, t.unsupported, t.error
-        ));
+        out.push_str(&row(d, t));
     }
-    let rate = |p: usize, f: usize| {
-        if p + f == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.1} %", 100.0 * p as f64 / (p + f) as f64)
-        }
-    };
-    out.push_str(&format!(
-        "{:<34} {:>5} {:>5} {:>5} {:>5}\npass / (pass + fail): {}; pass / total: {}\n",
-        format!("total ({n} scripts)"),
-        total.pass,
-        total.fail,
-        total.unsupported,
-        total.error,
-        rate(total.pass, total.fail),
-        if n == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.1} %", 100.0 * total.pass as f64 / n as f64)
-        }
-    ));
+    out.push_str(&row(&format!("total ({n} scripts)"), &total));
     if table_to_stderr {
         eprint!("{out}");
     } else {
         print!("{out}");
+    }
+    if let Some(f) = &a.against {
+        match against(f, &rows) {
+            Ok(text) => {
+                if table_to_stderr {
+                    eprint!("{text}");
+                } else {
+                    print!("{text}");
+                }
+            }
+            Err(e) => {
+                eprintln!("ember conformance: --against {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     if let Some(m) = min_pass {
         if total.pass < m {

@@ -68,8 +68,8 @@ use crate::run::{
     REMOTE_PORT,
 };
 use crate::script::{
-    Action, CodeBlock, CodeStmtKind, Direction, EventTime, Expr, ExprKind, Packet, PacketBody,
-    Script, Syscall,
+    Action, CodeBlock, CodeExpr, CodeStmtKind, Direction, EventTime, Expr, ExprKind, Packet,
+    PacketBody, Script, Syscall,
 };
 
 /// The kernel's address in the namespace.
@@ -1919,9 +1919,22 @@ impl Runner {
         }
         let info = &info[..(len as usize).min(info.len())];
         let field = |n: &str| tcp_info_field(info, n).or_else(|| lconst(n));
-        for st in stmts {
-            let CodeStmtKind::Assert { test, .. } = &st.kind else {
-                return unsup("code statements other than assert");
+        for (i, st) in stmts.iter().enumerate() {
+            let test = match &st.kind {
+                CodeStmtKind::Assert { test, .. } => test,
+                // `print(...)` only reports; its values go to the trace.
+                CodeStmtKind::Expr(CodeExpr::Call(f, args)) if f == "print" => {
+                    let vals: Vec<String> = args
+                        .iter()
+                        .map(|a| match code_eval(a, &field) {
+                            Ok(v) => v.to_string(),
+                            Err(_) => format!("{a:?}"),
+                        })
+                        .collect();
+                    self.log(format!("print line {}: {}", st.line, vals.join(" ")));
+                    continue;
+                }
+                _ => return unsup("code statements other than assert and print"),
             };
             let v = code_eval(test, &field)?;
             self.log(format!("assert line {}: {}", st.line, v != 0));
@@ -1932,12 +1945,16 @@ impl Runner {
                     .map(|n| format!("{n} = {}", field(&n).unwrap_or(-1)))
                     .collect::<Vec<_>>()
                     .join(", ");
+                let nth = stmts[..i]
+                    .iter()
+                    .filter(|x| matches!(x.kind, CodeStmtKind::Assert { .. }))
+                    .count();
                 let text = block
                     .text
-                    .lines()
+                    .split(['\n', ';'])
                     .map(str::trim)
                     .filter(|l| l.starts_with("assert"))
-                    .nth(stmts.iter().take_while(|x| x.line < st.line).count())
+                    .nth(nth)
                     .unwrap_or("assertion");
                 return fail(st.line, format!("`{text}` to hold"), vals);
             }
