@@ -113,6 +113,7 @@ pub fn linux_profile() -> Params {
         ("tcp_deferred_ack_interval", "40"),
         ("tcp_ip_abort_interval", "924600"),
         ("tcp_naglim_def", "65535"),
+        ("tcp_push_segs", "2"),
         ("tcp_mss_min", "48"),
         ("tcp_mss_def_ipv4", "536"),
         ("tcp_conn_req_max_q", "4096"),

@@ -229,6 +229,8 @@ pub struct TcpSettings {
     pub mss_min: u32,
     pub cork_interval: Duration,
     pub naglim: u32,
+    /// PSH every this many new-data segments of a burst (0: only when the queue empties).
+    pub push_segs: u32,
     pub invalid_ratelimit: Duration,
     pub reass_max_segs: u32,
     pub sack_max_ranges: u32,
@@ -265,6 +267,7 @@ impl TcpSettings {
             mss_min: p.tcp_mss_min,
             cork_interval: ms(p.tcp_cork_interval),
             naglim: p.tcp_naglim_def,
+            push_segs: p.tcp_push_segs,
             invalid_ratelimit: ms(p.tcp_invalid_ratelimit),
             reass_max_segs: p.tcp_reass_max_segs,
             sack_max_ranges: p.tcp_sack_max_ranges,
