@@ -110,6 +110,7 @@ pub fn linux_profile() -> Params {
         ("tcp_rexmit_interval_initial", "1000"),
         ("tcp_rexmit_interval_min", "200"),
         ("tcp_rexmit_interval_max", "120000"),
+        ("tcp_rexmit_min_on_variance", "1"),
         ("tcp_deferred_ack_interval", "40"),
         ("tcp_ip_abort_interval", "924600"),
         ("tcp_naglim_def", "65535"),

@@ -205,6 +205,7 @@ tunables! {
     tcp_rexmit_interval_initial: u32 = 1000, 1, 20_000, "ms", "initial retransmission timeout (RFC 6298 section 2.1)";
     tcp_rexmit_interval_min: u32 = 200, 1, 20_000, "ms", "lower bound of the retransmission timeout";
     tcp_rexmit_interval_max: u32 = 60_000, 1, 7_200_000, "ms", "upper bound of the retransmission timeout (RFC 6298 section 2.5)";
+    tcp_rexmit_min_on_variance: bool = false, 0, 1, "", "apply tcp_rexmit_interval_min to the variance term, RTO = SRTT + max(4 RTTVAR, min), as Linux, rather than to the whole RTO (RFC 6298 section 2.4)";
     tcp_ip_abort_interval: u32 = 480_000, 500, MS_DAY, "ms", "R2: give up on an established connection after retransmitting for this long (RFC 9293 section 3.8.3)";
     tcp_ip_abort_cinterval: u32 = 180_000, 500, MS_DAY, "ms", "R2 for a SYN: give up on a connection attempt after this long";
     tcp_time_wait_interval: u32 = 60_000, 1, 600_000, "ms", "time a closed connection stays in TIME_WAIT (2 MSL)";

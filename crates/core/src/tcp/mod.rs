@@ -207,6 +207,8 @@ pub struct TcpSettings {
     pub rto_initial: Duration,
     pub rto_min: Duration,
     pub rto_max: Duration,
+    /// `rto_min` bounds 4·RTTVAR rather than the whole RTO (Linux).
+    pub rto_min_on_variance: bool,
     /// R2 for established connections (RFC 9293 §3.8.3).
     pub abort_interval: Duration,
     /// R2 for SYNs.
@@ -248,6 +250,7 @@ impl TcpSettings {
             rto_initial: ms(p.tcp_rexmit_interval_initial),
             rto_min: ms(p.tcp_rexmit_interval_min),
             rto_max: ms(p.tcp_rexmit_interval_max),
+            rto_min_on_variance: p.tcp_rexmit_min_on_variance,
             abort_interval: ms(p.tcp_ip_abort_interval),
             abort_cinterval: ms(p.tcp_ip_abort_cinterval),
             delack: ms(p.tcp_deferred_ack_interval),

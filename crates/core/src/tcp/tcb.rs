@@ -320,7 +320,8 @@ impl Tcb {
         }
         let mss = adv_mss;
         let cc = Cc::new(set.cc, mss, set.init_cwnd);
-        let rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
+        let mut rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
+        rtt.set_min_on_variance(set.rto_min_on_variance);
         let sb = Scoreboard::new(set.sack_max_ranges as usize);
         let ooo = Assembler::new(
             rcv_cap as usize + (1 << MAX_WSCALE),
