@@ -200,10 +200,12 @@ tunables! {
     tcp_recv_hiwat: u32 = 1_048_576, 2048, GIB, "bytes", "default receive buffer size (the largest window offered)";
     tcp_max_buf: u32 = 1_048_576, 8192, GIB, "bytes", "largest send or receive buffer a socket may ask for (raise for high bandwidth-delay paths)";
     tcp_naglim_def: u32 = 4095, 1, 65535, "bytes", "Nagle limit: writes smaller than min(this, MSS) wait for outstanding data to be acknowledged";
+    tcp_push_segs: u32 = 2, 0, 65_535, "segments", "set PSH on every this many new-data segments sent back to back, as Linux does on each GSO chunk; 0 = PSH only on the segment that empties the send queue (RFC 1122 4.2.2.2)";
     tcp_deferred_ack_interval: u32 = 40, 1, 500, "ms", "delayed-ACK timer (below 0.5 s, RFC 9293 MUST-40)";
     tcp_rexmit_interval_initial: u32 = 1000, 1, 20_000, "ms", "initial retransmission timeout (RFC 6298 section 2.1)";
     tcp_rexmit_interval_min: u32 = 200, 1, 20_000, "ms", "lower bound of the retransmission timeout";
     tcp_rexmit_interval_max: u32 = 60_000, 1, 7_200_000, "ms", "upper bound of the retransmission timeout (RFC 6298 section 2.5)";
+    tcp_rexmit_min_on_variance: bool = false, 0, 1, "", "apply tcp_rexmit_interval_min to the variance term, RTO = SRTT + max(4 RTTVAR, min), as Linux, rather than to the whole RTO (RFC 6298 section 2.4)";
     tcp_ip_abort_interval: u32 = 480_000, 500, MS_DAY, "ms", "R2: give up on an established connection after retransmitting for this long (RFC 9293 section 3.8.3)";
     tcp_ip_abort_cinterval: u32 = 180_000, 500, MS_DAY, "ms", "R2 for a SYN: give up on a connection attempt after this long";
     tcp_time_wait_interval: u32 = 60_000, 1, 600_000, "ms", "time a closed connection stays in TIME_WAIT (2 MSL)";

@@ -836,6 +836,58 @@ fn cwnd_not_grown_when_application_limited() {
     }
 }
 
+/// RFC 7661 idea as Linux applies it in slow start: cwnd grows while it is below twice the
+/// largest flight of the round, however the ACKs thin the flight out. Half a window sent
+/// (5 of 10 segments) earns nothing; 9 segments take cwnd to 18 and no further; a full
+/// window of 10 doubles it. Either algorithm.
+#[test]
+fn slow_start_grows_while_cwnd_below_twice_the_flight_peak() {
+    for cc in [CcAlgorithm::Cubic, CcAlgorithm::NewReno] {
+        for (k, want) in [(5u32, 10u32), (9, 18), (10, 20)] {
+            let (mut o, mut p) = plain(settings(|s| s.cc = cc));
+            o.write(&pat(k));
+            assert_eq!(spans(&o.take_all()).len(), k as usize);
+            // One ACK per two segments, the last for what is left.
+            let mut acked = 0;
+            while acked < k {
+                acked = (acked + 2).min(k);
+                ack_to(&mut o, &mut p, m(acked));
+            }
+            assert_eq!(o.tcb.info().cwnd, m(want), "{cc}: {k} segments");
+        }
+    }
+}
+
+/// A cumulative ACK over data already SACKed (or, without SACK, already reported by
+/// duplicate ACKs) grows cwnd in slow start only by what it newly delivers: after two
+/// limited-transmit dupacks, the ACK of three segments adds one (cwnd 10 -> 11).
+#[test]
+fn slow_start_counts_only_newly_delivered_data() {
+    for sack in [false, true] {
+        let (mut o, mut p) = if sack {
+            sacky(newreno())
+        } else {
+            plain(newreno())
+        };
+        o.write(&pat(15));
+        assert_eq!(spans(&o.take_all()).len(), 10);
+        for k in 2..=3 {
+            if sack {
+                sack_to(&mut o, &mut p, 0, &[(m(1), m(k))]);
+            } else {
+                ack_to(&mut o, &mut p, 0);
+            }
+            assert_eq!(spans(&o.take_all()).len(), 1, "limited transmit");
+        }
+        ack_to(&mut o, &mut p, m(3));
+        assert_eq!(o.tcb.info().cwnd, m(11), "sack {sack}");
+        // 9 in flight, cwnd 11: two new segments, the second with PSH.
+        let out = o.take_all();
+        assert_eq!(spans(&out), vec![(m(12), M), (m(13), M)], "sack {sack}");
+        assert!(data_of(&out)[1].flags().psh());
+    }
+}
+
 // =======================================================================================
 // Nagle (RFC 896, RFC 9293 §3.7.4).
 // =======================================================================================
@@ -1839,7 +1891,8 @@ fn pair_transfer_drop_every_7th_without_sack() {
 /// segments do not.
 #[test]
 fn psh_on_the_last_segment_of_buffered_data() {
-    let (mut o, mut p) = plain(settings(|_| {}));
+    // `tcp_push_segs` 0: PSH only where RFC 1122 requires it.
+    let (mut o, mut p) = plain(settings(|s| s.push_segs = 0));
     o.write(&pattern(3 * M + 100));
     let segs = data_of_owned(o.take_all());
     // Nagle holds the 100-byte tail while data is unacknowledged...
@@ -1860,6 +1913,45 @@ fn psh_on_the_last_segment_of_buffered_data() {
     assert_eq!(segs.len(), 3);
     assert!(!segs[0].flags().psh() && !segs[1].flags().psh());
     assert!(segs[2].flags().psh());
+}
+
+/// `tcp_push_segs` (default 2, as Linux marks the end of each GSO chunk): every second
+/// new-data segment of a burst carries PSH as well as the one that empties the queue;
+/// a lone segment (limited transmit, one per ACK) does not, and the count starts
+/// again with each burst.
+#[test]
+fn psh_every_second_segment_of_a_burst() {
+    let (mut o, _) = plain(settings(|_| {}));
+    o.tcb.set_nodelay(true);
+    // 3 full segments and a tail: PSH on the 2nd and on the 4th (the last buffered).
+    o.write(&pattern(3 * M + 54));
+    let segs = data_of_owned(o.take_all());
+    let psh: Vec<bool> = segs.iter().map(|s| s.flags().psh()).collect();
+    assert_eq!(psh, [false, true, false, true]);
+    // A 20-segment write with cwnd 10: PSH on every second, so the burst ends with it.
+    let (mut o, mut p) = plain(newreno());
+    o.write(&pat(20));
+    let segs = data_of_owned(o.take_all());
+    assert_eq!(segs.len(), 10);
+    for (i, s) in segs.iter().enumerate() {
+        assert_eq!(s.flags().psh(), i % 2 == 1, "segment {i}");
+    }
+    // Limited transmit (RFC 3042): one lone segment per duplicate ACK, each without
+    // PSH (the count starts again with each burst).
+    for k in 0..2 {
+        ack_to(&mut o, &mut p, 0);
+        let segs = data_of_owned(o.take_all());
+        assert_eq!(segs.len(), 1);
+        assert!(!segs[0].flags().psh(), "dupack {k}");
+    }
+    let mut o2 = plain(settings(|s| s.push_segs = 0)).0;
+    o2.tcb.set_nodelay(true);
+    o2.write(&pattern(3 * M + 54));
+    let psh: Vec<bool> = data_of_owned(o2.take_all())
+        .iter()
+        .map(|s| s.flags().psh())
+        .collect();
+    assert_eq!(psh, [false, false, false, true], "tcp_push_segs 0");
 }
 
 fn data_of_owned(segs: Vec<Seg>) -> Vec<Seg> {

@@ -368,7 +368,23 @@ impl Tcb {
 
         // SACK (RFC 2018 §4, RFC 6675 §5 Update()).
         let mut newly_sacked = 0;
+        // Of what this ACK covers, the part already reported delivered (SACKed, or one
+        // segment per duplicate ACK without SACK): cwnd grew for none of it then and
+        // grows only for the rest now.
+        let mut delivered_before = 0;
         if acked > 0 {
+            delivered_before = if self.sack_ok {
+                let una = self.snd_una;
+                self.sb
+                    .ranges()
+                    .filter_map(|(a, b)| {
+                        let (lo, hi) = (a.max(una), b.min(ack));
+                        (hi > lo).then(|| hi.since(lo))
+                    })
+                    .fold(0u32, u32::saturating_add)
+            } else {
+                self.dupacks.saturating_mul(self.mss())
+            };
             self.sb.advance(ack);
         }
         if self.sack_ok && !seg.options.sack_blocks().is_empty() {
@@ -401,7 +417,8 @@ impl Tcb {
         }
 
         if acked > 0 {
-            self.on_new_ack(now, seg, ack, acked, prior_in_flight);
+            let delivered = acked.saturating_sub(delivered_before);
+            self.on_new_ack(now, seg, ack, (acked, delivered), prior_in_flight);
         } else if ack == self.snd_una && self.snd_una != self.snd_nxt {
             // RFC 5681 §2 duplicate ACK (with SACK: one that SACKs new data, RFC 6675 §2).
             let is_dup = seg_len == 0
@@ -449,7 +466,7 @@ impl Tcb {
         now: Instant,
         seg: &TcpRepr,
         ack: SeqNum,
-        acked: u32,
+        (acked, delivered): (u32, u32),
         prior_in_flight: u32,
     ) {
         // Release acknowledged data (the SYN and FIN occupy no buffer).
@@ -505,11 +522,11 @@ impl Tcb {
                 }
                 self.high_rxt = self.high_rxt.max(self.snd_una);
                 self.dupacks = 0;
-                self.cc_on_ack(now, acked, prior_in_flight, ack);
+                self.cc_on_ack(now, delivered, prior_in_flight, ack);
             }
             Recovery::Open => {
                 self.dupacks = 0;
-                self.cc_on_ack(now, acked, prior_in_flight, ack);
+                self.cc_on_ack(now, delivered, prior_in_flight, ack);
             }
         }
         self.high_rxt = self.high_rxt.max(self.snd_una);
@@ -519,12 +536,18 @@ impl Tcb {
         }
     }
 
+    /// `acked`: bytes this ACK newly delivered (not already SACKed or counted by a
+    /// duplicate ACK).
     fn cc_on_ack(&mut self, now: Instant, acked: u32, prior_in_flight: u32, ack: SeqNum) {
         let cwnd = self.cc.cwnd();
         let mss = self.mss();
+        // RFC 7661 §4.1 idea, as Linux: cwnd is validated when output was blocked by it,
+        // when the flight nearly fills it, and in slow start while it is below twice the
+        // largest flight of the current round (an application that sent 5 segments of a
+        // 10-segment window does not earn a larger one).
         let cwnd_limited = self.cwnd_blocked
             || prior_in_flight.saturating_add(2 * mss) >= cwnd
-            || (self.cc.in_slow_start() && prior_in_flight.saturating_mul(2) >= cwnd);
+            || (self.cc.in_slow_start() && self.flight_peak.0.saturating_mul(2) > cwnd);
         self.cwnd_blocked = false;
         let sample = AckSample {
             now,

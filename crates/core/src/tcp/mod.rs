@@ -207,6 +207,8 @@ pub struct TcpSettings {
     pub rto_initial: Duration,
     pub rto_min: Duration,
     pub rto_max: Duration,
+    /// `rto_min` bounds 4·RTTVAR rather than the whole RTO (Linux).
+    pub rto_min_on_variance: bool,
     /// R2 for established connections (RFC 9293 §3.8.3).
     pub abort_interval: Duration,
     /// R2 for SYNs.
@@ -229,6 +231,8 @@ pub struct TcpSettings {
     pub mss_min: u32,
     pub cork_interval: Duration,
     pub naglim: u32,
+    /// PSH every this many new-data segments of a burst (0: only when the queue empties).
+    pub push_segs: u32,
     pub invalid_ratelimit: Duration,
     pub reass_max_segs: u32,
     pub sack_max_ranges: u32,
@@ -246,6 +250,7 @@ impl TcpSettings {
             rto_initial: ms(p.tcp_rexmit_interval_initial),
             rto_min: ms(p.tcp_rexmit_interval_min),
             rto_max: ms(p.tcp_rexmit_interval_max),
+            rto_min_on_variance: p.tcp_rexmit_min_on_variance,
             abort_interval: ms(p.tcp_ip_abort_interval),
             abort_cinterval: ms(p.tcp_ip_abort_cinterval),
             delack: ms(p.tcp_deferred_ack_interval),
@@ -265,6 +270,7 @@ impl TcpSettings {
             mss_min: p.tcp_mss_min,
             cork_interval: ms(p.tcp_cork_interval),
             naglim: p.tcp_naglim_def,
+            push_segs: p.tcp_push_segs,
             invalid_ratelimit: ms(p.tcp_invalid_ratelimit),
             reass_max_segs: p.tcp_reass_max_segs,
             sack_max_ranges: p.tcp_sack_max_ranges,

@@ -94,6 +94,8 @@ impl Tcb {
         if self.ack_now || self.dsack.is_some() {
             return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
         }
+        // Nothing more to send: the transmit burst is over.
+        self.push_burst.1 = 0;
         None
     }
 
@@ -511,7 +513,21 @@ impl Tcb {
             flags |= TcpFlags::FIN;
         }
         if len > 0 && seq + len == self.data_end() {
+            // RFC 1122 §4.2.2.2: PSH on the last buffered segment.
             flags |= TcpFlags::PSH;
+        }
+        if kind == Kind::Data && len > 0 {
+            // Also PSH on every `tcp_push_segs`-th new-data segment of a burst (the
+            // segments sent back to back at one instant), as Linux marks the end of each
+            // GSO chunk it transmits; RFC 9293 §3.9.1 leaves the choice to the sender.
+            if self.push_burst.0 != now {
+                self.push_burst = (now, 0);
+            }
+            self.push_burst.1 = self.push_burst.1.saturating_add(1);
+            let every = self.set.push_segs;
+            if every > 0 && self.push_burst.1 % every == 0 {
+                flags |= TcpFlags::PSH;
+            }
         }
         let mut repr = self.base_repr(seq, flags);
         repr.ack = self.rcv_nxt.raw();
@@ -551,6 +567,12 @@ impl Tcb {
                     self.rtx_series_start = Some(now);
                 }
                 self.snd_nxt = end;
+                // The flight peak of this round (a new round once the last peak's data
+                // is acknowledged).
+                let flight = self.in_flight();
+                if flight > self.flight_peak.0 || self.snd_una >= self.flight_peak.1 {
+                    self.flight_peak = (flight, end);
+                }
                 if len > 0 {
                     self.stats.data_segs_out += 1;
                     self.last_data_sent = now;

@@ -2,7 +2,9 @@
 //!
 //! SRTT and RTTVAR follow RFC 6298 §2 with alpha = 1/8 and beta = 1/4; the RTO is
 //! SRTT + max(G, 4·RTTVAR), clamped to the `tcp_rexmit_interval_min`/`_max` tunables
-//! (§2.4, §2.5). Exponential backoff (§5.5) multiplies the RTO while a retransmission
+//! (§2.4, §2.5); with `tcp_rexmit_min_on_variance` the minimum bounds the variance term
+//! instead, RTO = SRTT + max(4·RTTVAR, min) (Linux's choice: RFC 6298 §2.3 with the
+//! minimum in the place of G). Exponential backoff (§5.5) multiplies the RTO while a retransmission
 //! timer keeps firing; a fresh sample (taken only from segments that were not
 //! retransmitted, Karn's algorithm §3, or from timestamps, RFC 7323 §4) clears it.
 
@@ -21,6 +23,8 @@ pub struct RttEstimator {
     rto_initial: Duration,
     rto_min: Duration,
     rto_max: Duration,
+    /// Apply `rto_min` to the variance term rather than to the whole RTO.
+    min_on_variance: bool,
     backoff: u32,
 }
 
@@ -36,8 +40,15 @@ impl RttEstimator {
             rto_initial: initial.clamp(min, max),
             rto_min: min,
             rto_max: max,
+            min_on_variance: false,
             backoff: 0,
         }
+    }
+
+    /// With `on`, the minimum bounds the variance term: RTO = SRTT + max(4·RTTVAR, min)
+    /// (as Linux), so the RTO stays at least the minimum above SRTT.
+    pub fn set_min_on_variance(&mut self, on: bool) {
+        self.min_on_variance = on;
     }
 
     /// Feeds one RTT measurement (RFC 6298 §2.2, §2.3) and clears the backoff.
@@ -64,7 +75,14 @@ impl RttEstimator {
     pub fn base_rto(&self) -> Duration {
         match self.srtt {
             None => self.rto_initial,
-            Some(srtt) => (srtt + (self.rttvar * 4).max(G)).clamp(self.rto_min, self.rto_max),
+            Some(srtt) => {
+                let floor = if self.min_on_variance {
+                    self.rto_min
+                } else {
+                    G
+                };
+                (srtt + (self.rttvar * 4).max(floor)).clamp(self.rto_min, self.rto_max)
+            }
         }
     }
 
@@ -148,6 +166,21 @@ mod tests {
         e.sample(Duration::from_millis(100));
         // rttvar = 3/4*50 = 37.5; srtt = 100; rto = 250 ms.
         assert_eq!(e.rto(), Duration::from_micros(250_000));
+    }
+
+    /// `tcp_rexmit_min_on_variance`: two 100 ms samples give 100 + max(4·37.5, 200) =
+    /// 300 ms (Linux's RTO), not 250 ms; a tiny RTT still gets at least the minimum.
+    #[test]
+    fn min_on_variance_bounds_the_variance_term() {
+        let mut e = est();
+        e.set_min_on_variance(true);
+        e.sample(Duration::from_millis(100));
+        e.sample(Duration::from_millis(100));
+        assert_eq!(e.rto(), Duration::from_millis(300));
+        let mut e = est();
+        e.set_min_on_variance(true);
+        e.sample(Duration::from_millis(1));
+        assert_eq!(e.rto(), Duration::from_millis(201));
     }
 
     #[test]

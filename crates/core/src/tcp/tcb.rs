@@ -227,6 +227,12 @@ pub struct Tcb {
     /// Output was blocked by cwnd since the last ACK (cwnd validation).
     pub(super) cwnd_blocked: bool,
     pub(super) last_data_sent: Instant,
+    /// The current transmit burst (see `build` in output.rs): its instant and the
+    /// new-data segments sent in it so far.
+    pub(super) push_burst: (Instant, u32),
+    /// The largest flight since the round ending at the sequence number beside it was
+    /// sent (cwnd validation in slow start, see `cc_on_ack`).
+    pub(super) flight_peak: (u32, SeqNum),
     /// ssthresh was already lowered for the current run of RTOs.
     pub(super) rto_reduced: bool,
 
@@ -314,7 +320,8 @@ impl Tcb {
         }
         let mss = adv_mss;
         let cc = Cc::new(set.cc, mss, set.init_cwnd);
-        let rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
+        let mut rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
+        rtt.set_min_on_variance(set.rto_min_on_variance);
         let sb = Scoreboard::new(set.sack_max_ranges as usize);
         let ooo = Assembler::new(
             rcv_cap as usize + (1 << MAX_WSCALE),
@@ -377,6 +384,8 @@ impl Tcb {
             reno_cwnd: 0,
             cwnd_blocked: false,
             last_data_sent: now,
+            push_burst: (now, 0),
+            flight_peak: (0, spec.iss),
             rto_reduced: false,
             rtx_deadline: None,
             rtx_series_start: None,
