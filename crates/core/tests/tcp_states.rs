@@ -1262,6 +1262,34 @@ fn ts_recent_updated_only_by_segment_covering_last_ack_sent() {
     assert_eq!(a.repr.options.timestamps.map(|t| t.1), Some(6000));
 }
 
+/// RFC 5961 §5.2 with RFC 7323 §4.3: a segment dropped for acknowledging data never
+/// sent does not move TS.Recent. Otherwise its (possibly forged) large TSval would make
+/// PAWS drop every later genuine segment (packetdrill's ts_recent/invalid_ack.pkt).
+#[test]
+fn ack_above_snd_nxt_does_not_take_ts_recent() {
+    let (mut o, mut p) = est_full();
+    // A FIN acknowledging 9999 bytes never sent, with a TSval far ahead.
+    let mut bad = p.seg(ACK | FIN, 0);
+    bad.ack = bad.ack.wrapping_add(9999);
+    bad.options.timestamps = Some((200_000, p.tsecr));
+    o.input(&bad, &[]);
+    let a = o.pop();
+    assert_eq!(a.flags(), ACK, "answered with an ACK (RFC 9293 §3.10.7.4)");
+    assert_eq!(a.ack(), p.seq, "the FIN was dropped");
+    assert_eq!(
+        a.repr.options.timestamps.map(|t| t.1),
+        Some(5000),
+        "TS.Recent unchanged by the dropped segment"
+    );
+    // The peer's next genuine segment, with its own clock, is accepted.
+    p.tsval = Some(5001);
+    peer_data(&mut o, &mut p, b"hello");
+    let a = o.take_all().pop().expect("ACK");
+    assert_eq!(a.ack(), p.seq, "data accepted, not PAWS-dropped");
+    assert_eq!(o.tcb.stats().paws_drops, 0);
+    assert_eq!(o.read_all(), b"hello");
+}
+
 /// RFC 7323 §3.2: once negotiated, every non-RST segment carries TSopt, TSval from our
 /// clock (1 ms ticks) and TSecr = TS.Recent.
 #[test]

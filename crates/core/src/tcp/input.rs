@@ -207,15 +207,6 @@ impl Tcb {
             }
         }
 
-        // Take TS.Recent (RFC 7323 §4.3): only from a segment that covers Last.ACK.sent.
-        if self.ts_ok {
-            if let Some((tsval, _)) = seg.options.timestamps {
-                if seq <= self.last_ack_sent && (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
-                    self.ts_recent = tsval;
-                    self.ts_recent_time = now;
-                }
-            }
-        }
         self.last_rcv = now;
         if self.keepalive && self.state.is_synchronized() {
             self.keepalive_sent = 0;
@@ -285,6 +276,19 @@ impl Tcb {
             self.stats.bad_acks += 1;
             self.challenge_ack(now);
             return;
+        }
+        // Take TS.Recent (RFC 7323 §4.3): only from a segment that covers Last.ACK.sent,
+        // and only once the segment is known to be acceptable, ACK field included: a
+        // segment dropped for an ACK outside the window (RFC 5961 §5.2) must not move
+        // TS.Recent, or one forged segment with a large TSval makes PAWS reject every
+        // later genuine segment and stalls the connection.
+        if self.ts_ok {
+            if let Some((tsval, _)) = seg.options.timestamps {
+                if seq <= self.last_ack_sent && (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
+                    self.ts_recent = tsval;
+                    self.ts_recent_time = now;
+                }
+            }
         }
         self.process_ack(now, seg, seq, ack, seg_len);
         if self.state == State::Closed {
