@@ -476,6 +476,19 @@ impl Host {
         remote: SocketAddrV4,
         local: Option<SocketAddrV4>,
     ) -> io::Result<ConnId> {
+        self.tcp_connect_with(now, remote, local, |_| {})
+    }
+
+    /// [`Host::tcp_connect`], with `setup` run on the new `Tcb` before its SYN is
+    /// built: options that shape the SYN (TCP_MAXSEG, buffer sizes) set before
+    /// connect() take effect on it.
+    pub fn tcp_connect_with(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        local: Option<SocketAddrV4>,
+        setup: impl FnOnce(&mut Tcb),
+    ) -> io::Result<ConnId> {
         crate::ip::check_destination(remote)?;
         let Some((src, mtu)) = self.source_for(*remote.ip()) else {
             self.stats.ip.out_no_routes += 1;
@@ -514,7 +527,8 @@ impl Host {
             ts_offset: self.isn.ts_offset(local, remote),
             mtu,
         };
-        let tcb = Tcb::connect(now, spec, self.tcp_set.clone());
+        let mut tcb = Tcb::connect(now, spec, self.tcp_set.clone());
+        setup(&mut tcb);
         let id = ConnId(self.conns.insert(Conn {
             tcb,
             listener: None,

@@ -105,7 +105,38 @@ pub struct TcbInfo {
     /// The connection is fused with a local peer (TCP Fusion, see `fusion.rs`): data
     /// moves between the two `Tcb`s without segments.
     pub fused: bool,
+    /// Where loss recovery stands, in Linux's `tcpi_ca_state` numbering:
+    /// [`CA_OPEN`], [`CA_DISORDER`] (duplicate ACKs or SACKed data, no loss repair
+    /// yet), [`CA_RECOVERY`] (fast recovery, RFC 6675/6582), [`CA_LOSS`] (after a
+    /// retransmission timeout). ember has no ECN, so Linux's CWR (2) never appears.
+    pub ca_state: u8,
+    /// The MSS ember advertises (the SYN's MSS option).
+    pub adv_mss: u32,
+    /// The path MTU in IP bytes.
+    pub pmtu: u32,
+    /// TCP_MAXSEG, if the application set one.
+    pub user_mss: Option<u32>,
+    /// Window scaling was negotiated (both SYNs carried the option, RFC 7323 §2.2).
+    pub window_scaling: bool,
+    /// When in-order data last arrived (or the handshake completed), on the clock of
+    /// the `now` values given to the core.
+    pub last_data_recv: Instant,
+    /// When new data was last sent (retransmissions do not count), same clock.
+    pub last_data_sent: Instant,
+    /// Data bytes received in order (RCV.NXT's stream offset; Linux `tcpi_bytes_received`).
+    pub bytes_received: u64,
+    /// Unanswered zero-window or keepalive probes (Linux `tcpi_probes`).
+    pub probes: u32,
 }
+
+/// [`TcbInfo::ca_state`]: no loss or reordering seen.
+pub const CA_OPEN: u8 = 0;
+/// [`TcbInfo::ca_state`]: duplicate ACKs or SACKs, not (yet) a loss.
+pub const CA_DISORDER: u8 = 1;
+/// [`TcbInfo::ca_state`]: fast recovery.
+pub const CA_RECOVERY: u8 = 3;
+/// [`TcbInfo::ca_state`]: recovery after a retransmission timeout.
+pub const CA_LOSS: u8 = 4;
 
 /// Where loss recovery stands (RFC 6675 §5, RFC 6582, RFC 6298 §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +228,8 @@ pub struct Tcb {
     pub(super) pmtu: u32,
     /// MSS we advertise.
     pub(super) adv_mss: u32,
+    /// TCP_MAXSEG: the application's cap on both MSS values (`None`: no cap).
+    pub(super) user_mss: Option<u32>,
     /// Estimated size of the peer's full segments, for the ACK-every-second-segment rule.
     pub(super) rcv_mss: u32,
     pub(super) last_ack_sent: SeqNum,
@@ -359,6 +392,7 @@ impl Tcb {
             peer_mss: set.mss_def,
             pmtu,
             adv_mss,
+            user_mss: None,
             rcv_mss: set.mss_def.min(adv_mss),
             last_ack_sent: SeqNum(0),
             ack_now: false,
@@ -497,6 +531,7 @@ impl Tcb {
     pub fn mss(&self) -> u32 {
         let by_path = self.pmtu.saturating_sub(IP_TCP_HEADERS);
         let mss = self.peer_mss.min(by_path).max(self.set.mss_min);
+        let mss = self.user_mss.map_or(mss, |u| mss.min(u));
         let opts = if self.ts_ok { 12 } else { 0 };
         mss.saturating_sub(opts).max(1)
     }
@@ -648,6 +683,11 @@ impl Tcb {
     /// In-order bytes ready to read.
     pub fn recv_available(&self) -> usize {
         self.rcv_buf.len()
+    }
+
+    /// The peer's FIN has been received (data before it may still be unread).
+    pub fn fin_received(&self) -> bool {
+        self.fin_rcvd
     }
 
     /// The peer's FIN has been received and all data before it read (EOF).
@@ -851,6 +891,22 @@ impl Tcb {
         self.user_timeout = t.filter(|d| !d.is_zero());
     }
 
+    /// TCP_MAXSEG (Linux semantics): cap the MSS this end advertises and the segments
+    /// it sends at `mss` bytes (RFC 9293 §3.7.1 lets the sender use less than the
+    /// peer's MSS). Takes effect on the SYN if set before it is sent. Values outside
+    /// 88..=32767 are refused with `InvalidInput`, as Linux answers EINVAL.
+    pub fn set_user_mss(&mut self, mss: u32) -> Result<(), TcpError> {
+        if !(88..=32_767).contains(&mss) {
+            return Err(TcpError::InvalidInput);
+        }
+        self.user_mss = Some(mss);
+        if matches!(self.state, State::Closed | State::SynSent | State::Listen) {
+            self.adv_mss = self.adv_mss.min(mss);
+        }
+        self.update_mss();
+        Ok(())
+    }
+
     /// SO_SNDBUF: resize the send buffer (bounded by `tcp_max_buf`).
     pub fn set_send_buffer(&mut self, bytes: usize) {
         let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.set.max_buf.max(2048));
@@ -1033,6 +1089,20 @@ impl Tcb {
             cc: self.cc.name(),
             stats: self.stats,
             fused: self.fused,
+            ca_state: match self.recovery {
+                Recovery::Fast => CA_RECOVERY,
+                Recovery::Loss => CA_LOSS,
+                Recovery::Open if self.dupacks > 0 || !self.sb.is_empty() => CA_DISORDER,
+                Recovery::Open => CA_OPEN,
+            },
+            adv_mss: self.adv_mss,
+            pmtu: self.pmtu,
+            user_mss: self.user_mss,
+            window_scaling: self.ws_ok,
+            last_data_recv: self.last_rcv_data,
+            last_data_sent: self.last_data_sent,
+            bytes_received: self.rcv_off,
+            probes: self.persist_backoff.max(self.keepalive_sent),
         }
     }
 
