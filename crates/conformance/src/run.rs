@@ -38,19 +38,49 @@
 //! * System calls. The subset ember's core has: `socket` (AF_INET stream sockets only;
 //!   fds are the lowest free number from 3, like a fresh process), `setsockopt`
 //!   (SO_REUSEADDR accepted and ignored; TCP_NODELAY, TCP_CORK, SO_SNDBUF, SO_RCVBUF,
-//!   SO_KEEPALIVE, TCP_USER_TIMEOUT applied to the connection, remembered on a socket
-//!   that has none yet and inherited by accepted connections), `getsockopt(SO_ERROR)`,
-//!   `fcntl` (F_GETFL/F_SETFL with O_NONBLOCK), `bind`, `listen`, `accept`, `connect`
-//!   (blocking, or EINPROGRESS when non-blocking), `write`/`send`/`sendto` (flags 0 or
-//!   MSG_DONTWAIT; the buffer must be `...`, zeros are written), `read`/`recv`/
-//!   `recvfrom` (same flags; the buffer must be `...`, contents are not checked),
-//!   `close`, `shutdown`
-//!   (SHUT_WR; SHUT_RD and SHUT_RDWR also mark the socket so a read with nothing
-//!   buffered returns 0 instead of blocking). `socket()` returns the fd the script
-//!   expects when that is a free number from 3 (fd numbering belongs to the harness,
-//!   not the stack; the corpus has a script starting at 4). Anything
-//!   else is `Unsupported` with the call's (or option's) name. Return values and errno
-//!   names must equal the script's (`...` accepts anything).
+//!   SO_KEEPALIVE, TCP_USER_TIMEOUT, TCP_MAXSEG applied to the connection, remembered
+//!   on a socket that has none yet, applied before the SYN of a connect() and
+//!   inherited by accepted connections; TCP_MAXSEG outside 88..=32767 is EINVAL, and
+//!   on a listener Unsupported; TCP_NOTSENT_LOWAT only as 0 or 0xffffffff, "no
+//!   limit", which is ember's behaviour), `getsockopt` (SO_ERROR; TCP_MAXSEG: the MSS
+//!   in use once connected, else the value set or 536; TCP_NODELAY, TCP_CORK,
+//!   SO_KEEPALIVE, TCP_NOTSENT_LOWAT: the value set or 0; SO_SNDBUF/SO_RCVBUF: twice
+//!   the value set, as socket(7) says, when 2304..=212992 was set; the length must
+//!   be 4), `fcntl` (F_GETFL/F_SETFL with O_NONBLOCK), `bind`, `listen`, `accept`,
+//!   `accept4` (flags 0 or SOCK_NONBLOCK), `connect` (blocking, or EINPROGRESS when
+//!   non-blocking), `write`/`send`/`sendto`/`sendmsg`/`writev` (flags 0,
+//!   MSG_DONTWAIT, MSG_NOSIGNAL, MSG_MORE; buffers must be `...`, zeros are written;
+//!   a msghdr's `msg_iov` lengths are summed, `msg_name` must be `...`, control data
+//!   is Unsupported), `read`/`recv`/`recvfrom`/`recvmsg`/`readv` (same flags but
+//!   MSG_MORE; contents are not checked), `close`, `shutdown` (SHUT_WR; SHUT_RD and
+//!   SHUT_RDWR also mark the socket so a read with nothing buffered returns 0 instead
+//!   of blocking), `ioctl` (SIOCINQ/FIONREAD: bytes readable; SIOCOUTQ: bytes written
+//!   and not acknowledged; SIOCOUTQNSD: bytes not yet sent; EINVAL on a listener),
+//!   `poll`, `epoll_create`/`epoll_create1`/`epoll_ctl`/`epoll_wait`. MSG_MORE corks
+//!   the connection (ember's TCP_CORK) until a send without it, which uncorks after
+//!   queueing its data unless TCP_CORK is set. A `NULL` buffer is answered by the
+//!   syscall layer without calling ember: EFAULT for a write of one byte or more on a
+//!   connected socket, and for a read when data is there to copy (with nothing to
+//!   read, EAGAIN when non-blocking; blocking is Unsupported). `socket()` and
+//!   `epoll_create()` return the fd the script expects when that is a free number
+//!   from 3 (fd numbering belongs to the harness, not the stack; the corpus has a
+//!   script starting at 4). Anything else is `Unsupported` with the call's (or
+//!   option's) name. Return values and errno names must equal the script's (`...`
+//!   accepts anything); values a call writes back (getsockopt's value, ioctl's
+//!   count, poll's `revents`, epoll_wait's first event and its data) must equal the
+//!   script's where written.
+//! * Readiness (poll, epoll). A connected socket's mask is Linux's `tcp_poll` rule
+//!   on ember's state: IN|RDNORM with data to read; IN|RDNORM|RDHUP once the peer's
+//!   FIN arrived or after SHUT_RD; HUP when both directions are shut (or closed);
+//!   OUT|WRNORM once synchronized with free send space of at least ember's send
+//!   low-water mark, or when writing is shut (a write fails at once); ERR with a
+//!   pending error. poll reports it masked by `events` plus ERR/HUP; epoll likewise,
+//!   level-triggered by default. EPOLLET reports an item only after a wakeup: the
+//!   EPOLL_CTL_ADD/MOD of a ready item, or a readiness event ember's host raises for
+//!   the socket (new data, space freed by an ACK, a state change); EPOLLONESHOT
+//!   disables the item after one report. A non-zero timeout blocks (a pending call)
+//!   until something is reported or the timeout passes (then 0). Listening and
+//!   unconnected sockets in poll/epoll are `Unsupported`.
 //! * Blocking calls. A call on a blocking socket that cannot complete now (accept with
 //!   an empty queue, read with no data, connect before the handshake, a write that
 //!   does not fit) becomes the pending call: it is retried after every frame in and
@@ -62,17 +92,31 @@
 //!   the host (new connections see them); `Unsupported` stops the run as Unsupported.
 //! * `%{ }%` code blocks: `assert` statements are evaluated against the `tcp_info` of
 //!   the connection the last system call used (an accept or socket call counts for the
-//!   fd it returned). Fields come from ember's `TcbInfo` in Linux's units:
-//!   `tcpi_snd_cwnd` = cwnd / MSS, `tcpi_snd_ssthresh` = ssthresh / MSS (0x7fffffff
-//!   while unset), `tcpi_unacked`/`tcpi_sacked` = bytes / MSS rounded up,
-//!   `tcpi_snd_mss`, `tcpi_rcv_mss`, `tcpi_backoff`, `tcpi_rto`/`tcpi_rtt`/
-//!   `tcpi_rttvar`/`tcpi_min_rtt` in µs, the window scales. Any other field, name,
-//!   assignment or print is `Unsupported`.
+//!   fd it returned); `NAME = expr` (and `op=`) defines a variable for this and later
+//!   blocks; `print(...)` does nothing. Names are variables, then Linux's constants
+//!   (`TCP_CA_*`, `TCPI_OPT_*`, `TCP_ESTABLISHED`..), then fields from ember's
+//!   `TcbInfo` in Linux's units: `tcpi_snd_cwnd` = cwnd / MSS, `tcpi_snd_ssthresh` =
+//!   ssthresh / MSS (0x7fffffff while unset), `tcpi_unacked`/`tcpi_sacked` = bytes /
+//!   MSS rounded up, `tcpi_snd_mss`, `tcpi_rcv_mss`, `tcpi_advmss`, `tcpi_pmtu`,
+//!   `tcpi_backoff`, `tcpi_probes`, `tcpi_rto`/`tcpi_rtt`/`tcpi_rttvar`/
+//!   `tcpi_min_rtt` in µs, the window scales, `tcpi_ca_state` (0 open, 1 disorder, 3
+//!   recovery, 4 loss), `tcpi_state` (Linux's numbers), `tcpi_options` (timestamps,
+//!   SACK, window scaling), `tcpi_last_data_recv`/`tcpi_last_data_sent` in ms,
+//!   `tcpi_bytes_received`, `tcpi_segs_in`/`tcpi_segs_out`, `tcpi_total_retrans`,
+//!   `tcpi_delivered_ce` (0: ember has no ECN). Any other field (`tcpi_lost`,
+//!   `tcpi_retrans`, `tcpi_reordering`, `tcpi_delivered`, `tcpi_rwnd_limited`, ...:
+//!   ember does not count them) or statement is `Unsupported`.
 //! * Budgets: at most [`RunOptions::max_steps`] host steps (frames in, timer firings)
 //!   and virtual time up to [`RunOptions::max_virtual_us`]; beyond them the run is an
 //!   `Error`, so no script can hang the runner.
 //! * Script options other than `tolerance_usecs`, `local_ip`, `remote_ip`,
-//!   `gateway_ip` and `ip_version=ipv4` are `Unsupported`.
+//!   `gateway_ip`, `ip_version=ipv4`, `mss` and `tcp_ts_tick_usecs=1000` are
+//!   `Unsupported`. `--mss=N` delivers an inbound data segment longer than N bytes as
+//!   consecutive N-byte segments at the same instant (the GRO packet the option makes
+//!   packetdrill build has `gso_size` N; ember has no GRO, so it sees the segments).
+//!   `--tcp_ts_tick_usecs=1000` checks the stack's TS val (see [`Flow::ts_val_slack`]:
+//!   within the tolerance in ticks, plus one); ember's TS clock ticks every
+//!   millisecond (RFC 7323 §5.4), so another tick is `Unsupported`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -2118,11 +2162,14 @@ fn tcpi(name: &str, i: &TcbInfo, now: Instant) -> Option<i64> {
         "tcpi_rcv_wscale" => i64::from(i.rcv_wscale),
         "tcpi_ca_state" => i64::from(i.ca_state),
         "tcpi_state" => linux_tcp_state(i.state),
-        "tcpi_options" => {
-            i64::from(i.timestamps) * TCPI_OPT_TIMESTAMPS
-                | i64::from(i.sack) * TCPI_OPT_SACK
-                | i64::from(i.window_scaling) * TCPI_OPT_WSCALE
-        }
+        "tcpi_options" => [
+            (i.timestamps, TCPI_OPT_TIMESTAMPS),
+            (i.sack, TCPI_OPT_SACK),
+            (i.window_scaling, TCPI_OPT_WSCALE),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |m, (_, bit)| m | bit),
         "tcpi_last_data_recv" => ms_since(i.last_data_recv),
         "tcpi_last_data_sent" => ms_since(i.last_data_sent),
         "tcpi_bytes_received" => i.bytes_received.min(i64::MAX as u64) as i64,

@@ -1125,3 +1125,78 @@ impl Tcb {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+    use std::net::Ipv4Addr;
+
+    const A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40_000);
+    const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+    const T0: Instant = Instant::from_secs(10);
+
+    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
+        ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(iss),
+            ts_offset: 0,
+            mtu: 1500,
+        }
+    }
+
+    fn settings() -> TcpSettings {
+        TcpSettings::from_params(&Params::default())
+    }
+
+    #[test]
+    fn user_mss_caps_the_syn_and_the_send_mss() {
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), settings());
+        assert_eq!(a.set_user_mss(87), Err(TcpError::InvalidInput));
+        assert_eq!(a.set_user_mss(32_768), Err(TcpError::InvalidInput));
+        assert_eq!(a.info().user_mss, None);
+        a.set_user_mss(1100).unwrap();
+        let syn = a.poll_transmit(T0).expect("SYN").repr;
+        assert_eq!(syn.options.mss, Some(1100));
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
+        let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
+        assert_eq!(synack.options.mss, Some(1460), "the peer's own MSS");
+        a.on_segment(T0, &synack, &[]);
+        let i = a.info();
+        assert_eq!((i.adv_mss, i.user_mss, i.pmtu), (1100, Some(1100), 1500));
+        // Timestamps were negotiated: 12 option bytes come off every segment.
+        assert_eq!(i.snd_mss, 1100 - 12);
+        assert!(i.window_scaling && i.timestamps);
+        // Once connected the cap still lowers the send MSS (not the advertised one).
+        a.set_user_mss(600).unwrap();
+        assert_eq!((a.info().snd_mss, a.info().adv_mss), (600 - 12, 1100));
+    }
+
+    #[test]
+    fn info_reports_ca_state_idle_times_and_bytes_received() {
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), settings());
+        let syn = a.poll_transmit(T0).expect("SYN").repr;
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
+        let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
+        a.on_segment(T0, &synack, &[]);
+        let ack = a.poll_transmit(T0).expect("ACK").repr;
+        b.on_segment(T0, &ack, &[]);
+        let t1 = T0 + Duration::from_millis(30);
+        assert_eq!(a.send(t1, &[7; 300]), Ok(300));
+        let (seg, data) = {
+            let o = a.poll_transmit(t1).expect("data");
+            let mut v = vec![0; o.payload_len()];
+            o.copy_payload(&mut v);
+            (o.repr, v)
+        };
+        b.on_segment(t1, &seg, &data);
+        let ia = a.info();
+        let ib = b.info();
+        assert_eq!((ia.ca_state, ib.ca_state), (CA_OPEN, CA_OPEN));
+        assert_eq!(ia.last_data_sent, t1);
+        assert_eq!(ib.last_data_recv, t1);
+        assert_eq!((ib.bytes_received, ia.bytes_received), (300, 0));
+        assert_eq!(ib.probes, 0);
+    }
+}
