@@ -38,13 +38,13 @@
 //! * System calls. The subset ember's core has: `socket` (AF_INET stream sockets only;
 //!   fds are the lowest free number from 3, like a fresh process), `setsockopt`
 //!   (SO_REUSEADDR accepted and ignored; TCP_NODELAY, TCP_CORK, SO_SNDBUF, SO_RCVBUF,
-//!   SO_KEEPALIVE, TCP_USER_TIMEOUT, TCP_MAXSEG applied to the connection, remembered
+//!   SO_KEEPALIVE, TCP_USER_TIMEOUT, TCP_MAXSEG, IP_TOS applied to the connection, remembered
 //!   on a socket that has none yet, applied before the SYN of a connect() and
 //!   inherited by accepted connections; TCP_MAXSEG outside 88..=32767 is EINVAL, and
 //!   on a listener Unsupported; TCP_NOTSENT_LOWAT only as 0 or 0xffffffff, "no
 //!   limit", which is ember's behaviour), `getsockopt` (SO_ERROR; TCP_MAXSEG: the MSS
 //!   in use once connected, else the value set or 536; TCP_NODELAY, TCP_CORK,
-//!   SO_KEEPALIVE, TCP_NOTSENT_LOWAT: the value set or 0; SO_SNDBUF/SO_RCVBUF: twice
+//!   SO_KEEPALIVE, TCP_NOTSENT_LOWAT, IP_TOS: the value set or 0; SO_SNDBUF/SO_RCVBUF: twice
 //!   the value set, as socket(7) says, when 2304..=212992 was set; the length must
 //!   be 4), `fcntl` (F_GETFL/F_SETFL with O_NONBLOCK), `bind`, `listen`, `accept`,
 //!   `accept4` (flags 0 or SOCK_NONBLOCK), `connect` (blocking, or EINPROGRESS when
@@ -296,6 +296,7 @@ enum SockOpt {
     /// TCP_NOTSENT_LOWAT of 0 (use the sysctl, unlimited in the profile) or
     /// 0xffffffff (no limit): ember's behaviour; remembered for getsockopt.
     NotsentLowat(u32),
+    Tos(u8),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1686,6 +1687,9 @@ impl Runner {
             // Linux's TCP_MAXSEG bounds (TCP_MIN_MSS .. MAX_TCP_WINDOW).
             "TCP_MAXSEG" if !(88..=32_767).contains(&v) => return Ok(Attempt::Done(Err("EINVAL"))),
             "TCP_MAXSEG" => Some(SockOpt::MaxSeg(v as u32)),
+            // For TCP the ECN field is the stack's, not the application's (RFC 3168
+            // §6.1.1: ECT is set by TCP); with no ECN in ember it stays 0.
+            "IP_TOS" => Some(SockOpt::Tos((v & 0xfc) as u8)),
             "TCP_NOTSENT_LOWAT" if matches!(v, 0 | -1 | 0xffff_ffff) => {
                 Some(SockOpt::NotsentLowat(v as u32))
             }
@@ -1752,6 +1756,11 @@ impl Runner {
             },
             "TCP_NOTSENT_LOWAT" => last(&|o| match o {
                 SockOpt::NotsentLowat(v) => Some(i64::from(*v)),
+                _ => None,
+            })
+            .unwrap_or(0),
+            "IP_TOS" => last(&|o| match o {
+                SockOpt::Tos(t) => Some(i64::from(*t)),
                 _ => None,
             })
             .unwrap_or(0),
@@ -2086,6 +2095,7 @@ fn apply_opt(t: &mut Tcb, now: Instant, o: SockOpt) {
             let _ = t.set_user_mss(m);
         }
         SockOpt::NotsentLowat(_) => {}
+        SockOpt::Tos(tos) => t.set_tos(tos),
     }
 }
 
@@ -2485,6 +2495,7 @@ pub(crate) fn constant(w: &str) -> R<i64> {
         "F_GETFL" => 3,
         "F_SETFL" => 4,
         "SOL_SOCKET" => 1,
+        "SOL_IP" | "IPPROTO_IP" => 0,
         "IPPROTO_TCP" | "SOL_TCP" => 6,
         "AF_INET" => 2,
         "SOCK_STREAM" => 1,

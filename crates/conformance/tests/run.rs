@@ -478,3 +478,19 @@ fn ts_tick_option_checks_the_stacks_clock() {
     let other = ok.replace("=1000", "=10");
     assert!(matches!(run(&other).result, RunResult::Unsupported(_)));
 }
+
+#[test]
+fn ip_tos_is_applied_and_reported() {
+    let text = format!(
+        "{PASSIVE_OPEN}+0 setsockopt(4, SOL_IP, IP_TOS, [0x2b], 1) = 0
++0 getsockopt(4, SOL_IP, IP_TOS, [0x28], [4]) = 0
++0 write(4, ..., 100) = 100
++0 > [tos 0x28] P. 1:101(100) ack 1
+"
+    );
+    let o = run(&text);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+    // The byte is on the wire: another value fails on the packet line.
+    let (line, _, _) = fail_of(&run(&text.replace("[tos 0x28]", "[tos 0x2c]")));
+    assert_eq!(line, 13);
+}
