@@ -125,7 +125,8 @@ pub struct TcbInfo {
     pub last_data_sent: Instant,
     /// Data bytes received in order (RCV.NXT's stream offset; Linux `tcpi_bytes_received`).
     pub bytes_received: u64,
-    /// Unanswered zero-window or keepalive probes (Linux `tcpi_probes`).
+    /// Zero-window probes sent since the peer last opened its window, or keepalive
+    /// probes still unanswered (Linux `tcpi_probes`).
     pub probes: u32,
 }
 
