@@ -40,8 +40,8 @@
 //!   (SO_REUSEADDR accepted and ignored; TCP_NODELAY, TCP_CORK, SO_SNDBUF, SO_RCVBUF,
 //!   SO_KEEPALIVE, TCP_USER_TIMEOUT, TCP_MAXSEG, IP_TOS applied to the connection, remembered
 //!   on a socket that has none yet, applied before the SYN of a connect() and
-//!   inherited by accepted connections; TCP_MAXSEG outside 88..=32767 is EINVAL, and
-//!   on a listener Unsupported; TCP_NOTSENT_LOWAT only as 0 or 0xffffffff, "no
+//!   inherited by accepted connections (TCP_MAXSEG on a listener also shapes the
+//!   SYN,ACKs it sends); TCP_MAXSEG outside 88..=32767 is EINVAL; TCP_NOTSENT_LOWAT only as 0 or 0xffffffff, "no
 //!   limit", which is ember's behaviour), `getsockopt` (SO_ERROR; TCP_MAXSEG: the MSS
 //!   in use once connected, else the value set or 536; TCP_NODELAY, TCP_CORK,
 //!   SO_KEEPALIVE, TCP_NOTSENT_LOWAT, IP_TOS: the value set or 0; SO_SNDBUF/SO_RCVBUF: twice
@@ -1417,9 +1417,6 @@ impl Runner {
                 let Some(s) = self.socks.get(&fd).cloned() else {
                     return Ok(Attempt::Done(Err("EBADF")));
                 };
-                if s.opts.iter().any(|o| matches!(o, SockOpt::MaxSeg(_))) {
-                    return unsup(LISTENER_MAXSEG);
-                }
                 match s.kind {
                     SockKind::Listener(_) => Attempt::Done(Ok(0)),
                     SockKind::Conn(_) => Attempt::Done(Err("EINVAL")),
@@ -1429,6 +1426,11 @@ impl Runner {
                             .unwrap_or(SocketAddrV4::new(self.local, DEFAULT_PORT));
                         match self.host.tcp_listen(addr, backlog) {
                             Ok(lid) => {
+                                for o in &s.opts {
+                                    if let SockOpt::MaxSeg(m) = o {
+                                        let _ = self.host.tcp_listener_set_max_segment(lid, *m);
+                                    }
+                                }
                                 self.flow.local_port = addr.port();
                                 self.flow.remote_port = REMOTE_PORT;
                                 self.socks.get_mut(&fd).expect("fd").kind = SockKind::Listener(lid);
@@ -1700,12 +1702,15 @@ impl Runner {
             }
             other => return unsup(format!("setsockopt({other})")),
         };
-        let Some(s) = self.socks.get_mut(&fd) else {
+        let Some(kind) = self.sock(fd).map(|s| s.kind) else {
             return Ok(Attempt::Done(Err("EBADF")));
         };
-        if matches!(o, Some(SockOpt::MaxSeg(_))) && matches!(s.kind, SockKind::Listener(_)) {
-            return unsup(LISTENER_MAXSEG);
+        if let (Some(SockOpt::MaxSeg(m)), SockKind::Listener(lid)) = (o, kind) {
+            if let Err(e) = self.host.tcp_listener_set_max_segment(lid, m) {
+                return Ok(Attempt::Done(Err(errno_of(&e))));
+            }
         }
+        let s = self.socks.get_mut(&fd).expect("checked above");
         if let Some(o) = o {
             s.opts.push(o);
             if let SockKind::Conn(id) = s.kind {
@@ -2367,10 +2372,6 @@ fn poll_text(m: i64) -> String {
         v.join("|")
     }
 }
-
-/// Why TCP_MAXSEG on a listener is beyond the runner.
-const LISTENER_MAXSEG: &str =
-    "TCP_MAXSEG on a listening socket (ember's listeners have no per-socket MSS for the SYN-ACK)";
 
 /// Send/receive flags: `(MSG_DONTWAIT, MSG_MORE)`; 0 or `...` is neither, anything
 /// else is unsupported.

@@ -894,14 +894,15 @@ impl Tcb {
 
     /// TCP_MAXSEG (Linux semantics): cap the MSS this end advertises and the segments
     /// it sends at `mss` bytes (RFC 9293 §3.7.1 lets the sender use less than the
-    /// peer's MSS). Takes effect on the SYN if set before it is sent. Values outside
+    /// peer's MSS). Takes effect on the SYN or SYN,ACK if set before it is sent. Values outside
     /// 88..=32767 are refused with `InvalidInput`, as Linux answers EINVAL.
     pub fn set_user_mss(&mut self, mss: u32) -> Result<(), TcpError> {
         if !(88..=32_767).contains(&mss) {
             return Err(TcpError::InvalidInput);
         }
         self.user_mss = Some(mss);
-        if matches!(self.state, State::Closed | State::SynSent | State::Listen) {
+        if self.stats.segs_out == 0 {
+            // Nothing sent yet: the SYN (or SYN,ACK) will carry the lower MSS.
             self.adv_mss = self.adv_mss.min(mss);
         }
         self.update_mss();
