@@ -29,7 +29,9 @@
 //!   `TS val` matches any value; the first one seen on a connection fixes the offset
 //!   between the stack's clock and the script's notation (`offset = wire val - written
 //!   val`), and from then on an inbound `ecr` (which echoes the stack's clock) is sent
-//!   as `written + offset`. Inbound `ecr` is used as written before any outbound
+//!   as `written + offset`. With `--tcp_ts_tick_usecs` the stack's clock is checked
+//!   too: a later outbound `TS val` must be `written + offset` within
+//!   [`Flow::ts_val_slack`] ticks (the timing tolerance in ticks). Inbound `ecr` is used as written before any outbound
 //!   timestamp has been seen and on segments without ACK (an inbound SYN's `ecr 0`;
 //!   RFC 7323 gives TSecr meaning only with ACK set).
 //! * Several connections in one script (the corpus has scripts that open a second
@@ -123,6 +125,10 @@ pub struct Flow {
     pub last_outbound: Option<(u32, u32)>,
     /// Identification of the next inbound IPv4 header.
     pub next_ip_id: u16,
+    /// `--tcp_ts_tick_usecs`: the stack's TS clock is checked. Once the offset is
+    /// known, an outbound `TS val` must be within this many ticks of `written +
+    /// offset` (`None`: TS val is not checked).
+    pub ts_val_slack: Option<u32>,
 }
 
 impl Flow {
@@ -141,6 +147,7 @@ impl Flow {
             last_script_ts_val: None,
             last_outbound: None,
             next_ip_id: 1,
+            ts_val_slack: None,
         }
     }
 
@@ -1197,8 +1204,20 @@ fn match_options(
                 if *ecr != *e {
                     return Err(Mismatch::new(format!("{field}: TS ecr"), ecr, e));
                 }
-                if new_offset.is_none() {
-                    new_offset = Some(v.wrapping_sub(*val));
+                match (new_offset, flow.ts_val_slack) {
+                    (None, _) => new_offset = Some(v.wrapping_sub(*val)),
+                    (Some(off), Some(slack)) => {
+                        let want_v = val.wrapping_add(off);
+                        let diff = v.wrapping_sub(want_v) as i32;
+                        if diff.unsigned_abs() > slack {
+                            return Err(Mismatch::new(
+                                format!("{field}: TS val"),
+                                format!("{val} (within {slack} ticks)"),
+                                format!("{}", v.wrapping_sub(off)),
+                            ));
+                        }
+                    }
+                    (Some(_), None) => {}
                 }
                 true
             }

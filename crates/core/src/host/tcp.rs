@@ -40,6 +40,9 @@ pub struct Listener {
     /// Connections in SYN-RECEIVED.
     pub(crate) syn_q: u32,
     pub(crate) queued: bool,
+    /// TCP_MAXSEG set on the listener: applied to each connection it opens, before
+    /// the SYN,ACK is built.
+    pub(crate) user_mss: Option<u32>,
 }
 
 impl Host {
@@ -185,6 +188,7 @@ impl Host {
             self.stats.tcp.listen_drop_q0 += 1;
             return;
         }
+        let user_mss = l.user_mss;
         let Some((_, mtu)) = self.source_for(*remote.ip()) else {
             return;
         };
@@ -197,7 +201,11 @@ impl Host {
             mtu,
         };
         // Any text on the SYN is not taken (no TCP Fast Open); the peer retransmits it.
-        let tcb = Tcb::accept(now, spec, self.tcp_set.clone(), seg);
+        let mut tcb = Tcb::accept(now, spec, self.tcp_set.clone(), seg);
+        if let Some(m) = user_mss {
+            // Range-checked when it was set.
+            let _ = tcb.set_user_mss(m);
+        }
         let id = ConnId(self.conns.insert(Conn {
             tcb,
             listener: Some(lid),
@@ -416,9 +424,25 @@ impl Host {
             accept_q: VecDeque::new(),
             syn_q: 0,
             queued: false,
+            user_mss: None,
         }));
         self.listener_by_addr.insert(local, id);
         Ok(id)
+    }
+
+    /// TCP_MAXSEG on a listener: connections it opens from now on advertise at most
+    /// `mss` in their SYN,ACK and send segments no larger (see [`Tcb::set_user_mss`]);
+    /// `InvalidInput` outside 88..=32767, as Linux's EINVAL.
+    pub fn tcp_listener_set_max_segment(&mut self, lid: ListenerId, mss: u32) -> io::Result<()> {
+        if !(88..=32_767).contains(&mss) {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        let l = self
+            .listeners
+            .get_mut(lid.0)
+            .ok_or(io::ErrorKind::NotConnected)?;
+        l.user_mss = Some(mss);
+        Ok(())
     }
 
     /// accept(): an established connection and its peer, or `WouldBlock`.
@@ -476,6 +500,19 @@ impl Host {
         remote: SocketAddrV4,
         local: Option<SocketAddrV4>,
     ) -> io::Result<ConnId> {
+        self.tcp_connect_with(now, remote, local, |_| {})
+    }
+
+    /// [`Host::tcp_connect`], with `setup` run on the new `Tcb` before its SYN is
+    /// built: options that shape the SYN (TCP_MAXSEG, buffer sizes) set before
+    /// connect() take effect on it.
+    pub fn tcp_connect_with(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        local: Option<SocketAddrV4>,
+        setup: impl FnOnce(&mut Tcb),
+    ) -> io::Result<ConnId> {
         crate::ip::check_destination(remote)?;
         let Some((src, mtu)) = self.source_for(*remote.ip()) else {
             self.stats.ip.out_no_routes += 1;
@@ -514,7 +551,8 @@ impl Host {
             ts_offset: self.isn.ts_offset(local, remote),
             mtu,
         };
-        let tcb = Tcb::connect(now, spec, self.tcp_set.clone());
+        let mut tcb = Tcb::connect(now, spec, self.tcp_set.clone());
+        setup(&mut tcb);
         let id = ConnId(self.conns.insert(Conn {
             tcb,
             listener: None,

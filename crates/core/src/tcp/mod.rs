@@ -43,7 +43,7 @@ mod timers;
 
 pub use fusion::FuseRefusal;
 pub use seq::SeqNum;
-pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats};
+pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY};
 
 use crate::params::Params;
 use crate::tcp::cc::CcAlgorithm;

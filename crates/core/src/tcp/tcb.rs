@@ -105,7 +105,39 @@ pub struct TcbInfo {
     /// The connection is fused with a local peer (TCP Fusion, see `fusion.rs`): data
     /// moves between the two `Tcb`s without segments.
     pub fused: bool,
+    /// Where loss recovery stands, in Linux's `tcpi_ca_state` numbering:
+    /// [`CA_OPEN`], [`CA_DISORDER`] (duplicate ACKs or SACKed data, no loss repair
+    /// yet), [`CA_RECOVERY`] (fast recovery, RFC 6675/6582), [`CA_LOSS`] (after a
+    /// retransmission timeout). ember has no ECN, so Linux's CWR (2) never appears.
+    pub ca_state: u8,
+    /// The MSS ember advertises (the SYN's MSS option).
+    pub adv_mss: u32,
+    /// The path MTU in IP bytes.
+    pub pmtu: u32,
+    /// TCP_MAXSEG, if the application set one.
+    pub user_mss: Option<u32>,
+    /// Window scaling was negotiated (both SYNs carried the option, RFC 7323 §2.2).
+    pub window_scaling: bool,
+    /// When in-order data last arrived (or the handshake completed), on the clock of
+    /// the `now` values given to the core.
+    pub last_data_recv: Instant,
+    /// When new data was last sent (retransmissions do not count), same clock.
+    pub last_data_sent: Instant,
+    /// Data bytes received in order (RCV.NXT's stream offset; Linux `tcpi_bytes_received`).
+    pub bytes_received: u64,
+    /// Zero-window probes sent since the peer last opened its window, or keepalive
+    /// probes still unanswered (Linux `tcpi_probes`).
+    pub probes: u32,
 }
+
+/// [`TcbInfo::ca_state`]: no loss or reordering seen.
+pub const CA_OPEN: u8 = 0;
+/// [`TcbInfo::ca_state`]: duplicate ACKs or SACKs, not (yet) a loss.
+pub const CA_DISORDER: u8 = 1;
+/// [`TcbInfo::ca_state`]: fast recovery.
+pub const CA_RECOVERY: u8 = 3;
+/// [`TcbInfo::ca_state`]: recovery after a retransmission timeout.
+pub const CA_LOSS: u8 = 4;
 
 /// Where loss recovery stands (RFC 6675 §5, RFC 6582, RFC 6298 §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +229,8 @@ pub struct Tcb {
     pub(super) pmtu: u32,
     /// MSS we advertise.
     pub(super) adv_mss: u32,
+    /// TCP_MAXSEG: the application's cap on both MSS values (`None`: no cap).
+    pub(super) user_mss: Option<u32>,
     /// Estimated size of the peer's full segments, for the ACK-every-second-segment rule.
     pub(super) rcv_mss: u32,
     pub(super) last_ack_sent: SeqNum,
@@ -366,6 +400,7 @@ impl Tcb {
             peer_mss: set.mss_def,
             pmtu,
             adv_mss,
+            user_mss: None,
             rcv_mss: set.mss_def.min(adv_mss),
             last_ack_sent: SeqNum(0),
             ack_now: false,
@@ -506,6 +541,7 @@ impl Tcb {
     pub fn mss(&self) -> u32 {
         let by_path = self.pmtu.saturating_sub(IP_TCP_HEADERS);
         let mss = self.peer_mss.min(by_path).max(self.set.mss_min);
+        let mss = self.user_mss.map_or(mss, |u| mss.min(u));
         let opts = if self.ts_ok { 12 } else { 0 };
         mss.saturating_sub(opts).max(1)
     }
@@ -657,6 +693,11 @@ impl Tcb {
     /// In-order bytes ready to read.
     pub fn recv_available(&self) -> usize {
         self.rcv_buf.len()
+    }
+
+    /// The peer's FIN has been received (data before it may still be unread).
+    pub fn fin_received(&self) -> bool {
+        self.fin_rcvd
     }
 
     /// The peer's FIN has been received and all data before it read (EOF).
@@ -860,6 +901,23 @@ impl Tcb {
         self.user_timeout = t.filter(|d| !d.is_zero());
     }
 
+    /// TCP_MAXSEG (Linux semantics): cap the MSS this end advertises and the segments
+    /// it sends at `mss` bytes (RFC 9293 §3.7.1 lets the sender use less than the
+    /// peer's MSS). Takes effect on the SYN or SYN,ACK if set before it is sent. Values outside
+    /// 88..=32767 are refused with `InvalidInput`, as Linux answers EINVAL.
+    pub fn set_user_mss(&mut self, mss: u32) -> Result<(), TcpError> {
+        if !(88..=32_767).contains(&mss) {
+            return Err(TcpError::InvalidInput);
+        }
+        self.user_mss = Some(mss);
+        if self.stats.segs_out == 0 {
+            // Nothing sent yet: the SYN (or SYN,ACK) will carry the lower MSS.
+            self.adv_mss = self.adv_mss.min(mss);
+        }
+        self.update_mss();
+        Ok(())
+    }
+
     /// SO_SNDBUF: resize the send buffer (bounded by `tcp_max_buf`).
     pub fn set_send_buffer(&mut self, bytes: usize) {
         let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.set.max_buf.max(2048));
@@ -1042,6 +1100,20 @@ impl Tcb {
             cc: self.cc.name(),
             stats: self.stats,
             fused: self.fused,
+            ca_state: match self.recovery {
+                Recovery::Fast => CA_RECOVERY,
+                Recovery::Loss => CA_LOSS,
+                Recovery::Open if self.dupacks > 0 || !self.sb.is_empty() => CA_DISORDER,
+                Recovery::Open => CA_OPEN,
+            },
+            adv_mss: self.adv_mss,
+            pmtu: self.pmtu,
+            user_mss: self.user_mss,
+            window_scaling: self.ws_ok,
+            last_data_recv: self.last_rcv_data,
+            last_data_sent: self.last_data_sent,
+            bytes_received: self.rcv_off,
+            probes: self.persist_backoff.max(self.keepalive_sent),
         }
     }
 
@@ -1062,5 +1134,80 @@ impl Tcb {
             urgent: 0,
             options: Default::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+    use std::net::Ipv4Addr;
+
+    const A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40_000);
+    const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+    const T0: Instant = Instant::from_secs(10);
+
+    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
+        ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(iss),
+            ts_offset: 0,
+            mtu: 1500,
+        }
+    }
+
+    fn settings() -> TcpSettings {
+        TcpSettings::from_params(&Params::default())
+    }
+
+    #[test]
+    fn user_mss_caps_the_syn_and_the_send_mss() {
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), settings());
+        assert_eq!(a.set_user_mss(87), Err(TcpError::InvalidInput));
+        assert_eq!(a.set_user_mss(32_768), Err(TcpError::InvalidInput));
+        assert_eq!(a.info().user_mss, None);
+        a.set_user_mss(1100).unwrap();
+        let syn = a.poll_transmit(T0).expect("SYN").repr;
+        assert_eq!(syn.options.mss, Some(1100));
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
+        let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
+        assert_eq!(synack.options.mss, Some(1460), "the peer's own MSS");
+        a.on_segment(T0, &synack, &[]);
+        let i = a.info();
+        assert_eq!((i.adv_mss, i.user_mss, i.pmtu), (1100, Some(1100), 1500));
+        // Timestamps were negotiated: 12 option bytes come off every segment.
+        assert_eq!(i.snd_mss, 1100 - 12);
+        assert!(i.window_scaling && i.timestamps);
+        // Once connected the cap still lowers the send MSS (not the advertised one).
+        a.set_user_mss(600).unwrap();
+        assert_eq!((a.info().snd_mss, a.info().adv_mss), (600 - 12, 1100));
+    }
+
+    #[test]
+    fn info_reports_ca_state_idle_times_and_bytes_received() {
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), settings());
+        let syn = a.poll_transmit(T0).expect("SYN").repr;
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
+        let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
+        a.on_segment(T0, &synack, &[]);
+        let ack = a.poll_transmit(T0).expect("ACK").repr;
+        b.on_segment(T0, &ack, &[]);
+        let t1 = T0 + Duration::from_millis(30);
+        assert_eq!(a.send(t1, &[7; 300]), Ok(300));
+        let (seg, data) = {
+            let o = a.poll_transmit(t1).expect("data");
+            let mut v = vec![0; o.payload_len()];
+            o.copy_payload(&mut v);
+            (o.repr, v)
+        };
+        b.on_segment(t1, &seg, &data);
+        let ia = a.info();
+        let ib = b.info();
+        assert_eq!((ia.ca_state, ib.ca_state), (CA_OPEN, CA_OPEN));
+        assert_eq!(ia.last_data_sent, t1);
+        assert_eq!(ib.last_data_recv, t1);
+        assert_eq!((ib.bytes_received, ia.bytes_received), (300, 0));
+        assert_eq!(ib.probes, 0);
     }
 }

@@ -333,6 +333,13 @@ impl TcpStream {
         self.with(move |t, _| t.set_nodelay(on))
     }
 
+    /// TCP_MAXSEG: cap the MSS advertised (if the SYN has not gone yet) and the size of
+    /// the segments sent; `InvalidInput` outside 88..=32767, as Linux's EINVAL.
+    pub fn set_max_segment(&self, mss: u32) -> io::Result<()> {
+        self.with(move |t, _| t.set_user_mss(mss))?
+            .map_err(io::Error::from)
+    }
+
     /// TCP_CORK: hold partial segments until uncorked or `tcp_cork_interval`.
     pub fn set_cork(&self, on: bool) -> io::Result<()> {
         self.with(move |t, now| t.set_cork(now, on))
@@ -452,7 +459,16 @@ impl TcpStream {
         self.sh.rx_avail.load(Ordering::Relaxed) as usize
     }
 
-    /// A `tcp_info`-like snapshot (`fused` tells whether TCP Fusion carries the data).
+    /// A `tcp_info`-like snapshot of the connection ([`TcbInfo`]): state, sequence
+    /// variables, windows and MSS values (`snd_mss`, `rcv_mss`, `adv_mss`, `user_mss`,
+    /// `pmtu`), congestion control (`cwnd`/`ssthresh` in bytes, `ca_state` in Linux's
+    /// `tcpi_ca_state` numbering: 0 open, 1 disorder, 3 recovery, 4 loss), the RTT
+    /// estimator (`srtt`, `rttvar`, `rto`, `min_rtt`, `backoff`), negotiated options
+    /// (`timestamps`, `sack`, `window_scaling`, the shifts), byte and segment counters
+    /// (`bytes_received`, `stats`), `probes`, and whether TCP Fusion carries the data
+    /// (`fused`). `last_data_recv`/`last_data_sent` are instants on the runtime's clock
+    /// ([`crate::clock::now`] gives the current one; the difference is the idle time,
+    /// Linux's `tcpi_last_data_recv`/`tcpi_last_data_sent`).
     pub fn tcp_info(&self) -> io::Result<TcbInfo> {
         let key = self.sh.key;
         self.call(move |p, _, _| p.info(key))?
