@@ -28,13 +28,15 @@
 //! * Tolerance. `--tolerance_usecs` (default 4000 µs, packetdrill's default): an
 //!   outbound packet scripted at `t` must leave at `a` with `|a - t| ≤ tolerance`
 //!   (`a~b` ranges widen the window to `[a - tol, b + tol]`; `*` accepts any time).
-//!   No relative (percentage) rule is applied: syntax.md does not define one.
+//!   The 12.5% rule: for an outbound line the tolerance is the wider of
+//!   `--tolerance_usecs` and an eighth of the time since the previous event (a timer
+//!   scripted 1 s out may fire 125 ms off).
 //! * Outbound lines. The next captured IPv4 frame must match the line, field by field
 //!   ([`match_outbound`]); a frame that leaves before the window, or a different
 //!   frame, fails with what was seen; nothing by the end of the window fails with
-//!   "nothing sent". A frame nobody expects fails the script when a later
-//!   non-outbound event is processed more than the tolerance after the frame left.
-//!   Frames left over after the last event are not checked.
+//!   "nothing sent". Frames are claimed in order; a frame no outbound line claims is
+//!   not an error (calibrated on Linux: the corpus's own `blocking/blocking-write.pkt`
+//!   never scripts the data its write sends, and Linux passes it).
 //! * System calls. The subset ember's core has: `socket` (AF_INET stream sockets only;
 //!   fds are the lowest free number from 3, like a fresh process), `setsockopt`
 //!   (SO_REUSEADDR accepted and ignored; TCP_NODELAY, TCP_CORK, SO_SNDBUF, SO_RCVBUF,
@@ -629,23 +631,6 @@ impl Runner {
         self.pump()
     }
 
-    fn check_unexpected(&mut self, line: u32) -> R<()> {
-        if let Some((t, bytes)) = self.captured.front() {
-            if self.now > t.saturating_add(self.tol) {
-                return fail(
-                    line,
-                    "no packet from the stack before this event",
-                    format!(
-                        "unexpected packet at {}: {}",
-                        us(*t),
-                        summarize(bytes, &self.flow)
-                    ),
-                );
-            }
-        }
-        Ok(())
-    }
-
     fn check_pending_deadline(&mut self) -> R<()> {
         if let Some(p) = &self.pending {
             if self.now > p.end.saturating_add(self.tol) {
@@ -686,28 +671,27 @@ impl Runner {
             prev = start;
             match &ev.action {
                 Action::Packet(p) if p.direction == Direction::Outbound => {
+                    // The 12.5% rule (as the Linux backend): the tolerance or an eighth
+                    // of the time since the previous event, whichever is wider.
+                    let tol = self.tol.max(lo.saturating_duration_since(base) / 8);
                     let wlo = lo.saturating_duration_since(Instant::ZERO);
                     let wlo = Instant::from_nanos(
-                        wlo.saturating_sub(self.tol)
-                            .as_nanos()
-                            .min(u64::MAX as u128) as u64,
+                        wlo.saturating_sub(tol).as_nanos().min(u64::MAX as u128) as u64,
                     );
                     let whi = if matches!(ev.time, EventTime::Any) {
                         self.max_time
                     } else {
-                        hi.saturating_add(self.tol)
+                        hi.saturating_add(tol)
                     };
                     self.outbound(ev.line, p, wlo, whi)?;
                 }
                 Action::Packet(p) => {
                     self.advance_to(start, false)?;
-                    self.check_unexpected(ev.line)?;
                     self.check_pending_deadline()?;
                     self.inbound(ev.line, p)?;
                 }
                 Action::Syscall(sc) => {
                     self.advance_to(start, false)?;
-                    self.check_unexpected(ev.line)?;
                     self.check_pending_deadline()?;
                     let end = match sc.end_time {
                         None => None,
@@ -722,7 +706,6 @@ impl Runner {
                 }
                 Action::Command(c) => {
                     self.advance_to(start, false)?;
-                    self.check_unexpected(ev.line)?;
                     self.check_pending_deadline()?;
                     let mut params = self.host.params().clone();
                     match apply_shell(&c.text, &mut params) {
@@ -745,7 +728,6 @@ impl Runner {
                 }
                 Action::Code(block) => {
                     self.advance_to(start, false)?;
-                    self.check_unexpected(ev.line)?;
                     self.check_pending_deadline()?;
                     self.code(block)?;
                 }

@@ -343,8 +343,8 @@ fn msg_more_holds_data_until_a_send_without_it() {
 "
     );
     let (line, _, got) = fail_of(&run(&text));
-    assert_eq!(line, 12);
-    assert!(got.contains("unexpected packet"), "{got}");
+    assert_eq!(line, 13);
+    assert!(got.contains("1:41(40)"), "{got}");
 }
 
 #[test]
