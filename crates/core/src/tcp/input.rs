@@ -368,6 +368,7 @@ impl Tcb {
 
         // SACK (RFC 2018 §4, RFC 6675 §5 Update()).
         let mut newly_sacked = 0;
+        let mut dsack = None;
         if acked > 0 {
             self.sb.advance(ack);
         }
@@ -384,6 +385,7 @@ impl Tcb {
             newly_sacked = d.newly_sacked;
             if d.dsack {
                 self.stats.dsacks_in += 1;
+                dsack = Some(blocks[0]);
             }
         }
 
@@ -416,6 +418,8 @@ impl Tcb {
                 self.on_dupack(now, prior_in_flight);
             }
         }
+        // RACK-TLP (RFC 8985): delivery, reordering, loss detection, probe episode.
+        self.rack_on_ack(now, ack, dsack, acked);
 
         // Our FIN acknowledged?
         if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
@@ -577,6 +581,10 @@ impl Tcb {
         let mss = self.mss();
         match self.recovery {
             Recovery::Open => {
+                if self.rack_active() {
+                    // RACK (RFC 8985, `rack.rs`) decides what is lost instead.
+                    return;
+                }
                 let lost_head =
                     self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.set.dupthresh);
                 // RFC 6675 §5 / RFC 6582 §3.2 step 1: no new recovery until the previous
@@ -596,7 +604,7 @@ impl Tcb {
     }
 
     /// RFC 6675 §5 steps 4.1-4.3 / RFC 6582 §3.2 step 2: fast retransmit.
-    fn enter_fast_recovery(&mut self, now: Instant, prior_in_flight: u32) {
+    pub(super) fn enter_fast_recovery(&mut self, now: Instant, prior_in_flight: u32) {
         let mss = self.mss();
         self.recovery = Recovery::Fast;
         self.recover = self.snd_nxt;
