@@ -50,7 +50,11 @@ fn reordering_is_not_loss() {
         without.retransmits
     );
     assert!(mbit(&with) > 150.0, "RACK: {:.1} Mbit/s", mbit(&with));
-    assert!(with.retransmits < 20, "{} retransmissions", with.retransmits);
+    assert!(
+        with.retransmits < 20,
+        "{} retransmissions",
+        with.retransmits
+    );
     assert!(mbit(&with) > 10.0 * mbit(&without));
     assert_eq!(with.timeouts, 0);
 }
