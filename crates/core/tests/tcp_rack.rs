@@ -260,3 +260,34 @@ fn pair_tail_loss_repaired_without_rto() {
     assert_eq!(st.tlp_probes, 1, "{st:?}");
     assert_eq!(st.retrans_segs, 1, "{st:?}");
 }
+
+/// RFC 3708 detection with an Eifel-style response (RFC 4015 §3): when D-SACKs show that
+/// every retransmission of a RACK recovery was spurious, the congestion state from before
+/// the recovery comes back, and the reordering makes RACK wait from then on.
+#[test]
+fn spurious_rack_recovery_is_undone() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    let before = o.tcb.info();
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, 0, &[(m(3), m(4))]);
+    o.next_timer().expect("reorder timer");
+    let rtx = sent(&mut o);
+    assert!(!rtx.is_empty());
+    assert!(o.tcb.info().ssthresh < before.ssthresh, "recovery reduced");
+    // The originals were only late: everything is acknowledged, then each retransmission
+    // is reported as a duplicate.
+    sack_to(&mut o, &mut p, m(4), &[]);
+    assert!(!o.tcb.info().in_recovery);
+    for (i, &(off, len)) in rtx.iter().enumerate() {
+        assert!(
+            o.tcb.info().ssthresh < before.ssthresh,
+            "not yet undone ({i})"
+        );
+        sack_to(&mut o, &mut p, m(4), &[(off, off + len as u32)]);
+    }
+    let after = o.tcb.info();
+    assert_eq!(after.stats.spurious_rtx, rtx.len() as u64);
+    assert_eq!((after.cwnd, after.ssthresh), (before.cwnd, before.ssthresh));
+    assert!(o.tcb.rack_info().2, "reordering recorded");
+}

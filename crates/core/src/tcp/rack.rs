@@ -120,9 +120,10 @@ pub struct Rack {
     rtx_ranges: [(SeqNum, SeqNum); RTX_MEMORY],
     rtx_next: usize,
     /// Congestion control as it was before the last RACK-started recovery, and the
-    /// retransmissions of that episode not yet shown spurious by a DSACK (RFC 3708
-    /// detection; the response restores the state, as RFC 4015 §3 does for Eifel).
-    undo: Option<(Cc, u32)>,
+    /// retransmissions of that episode not yet shown spurious by a DSACK, and SND.UNA
+    /// when it began (older DSACKs belong to earlier episodes). RFC 3708 detection; the
+    /// response restores the state, as RFC 4015 §3 does for Eifel.
+    undo: Option<(Cc, u32, SeqNum)>,
 }
 
 impl Default for Rack {
@@ -620,7 +621,7 @@ impl Tcb {
         }
         if retrans {
             self.rack.on_retransmit(seq, end, now);
-            if let Some((_, n)) = self.rack.undo.as_mut() {
+            if let Some((_, n, _)) = self.rack.undo.as_mut() {
                 *n = n.saturating_add(1);
             }
         } else {
@@ -657,8 +658,10 @@ impl Tcb {
         if let Some(d) = dsack {
             if self.rack.on_dsack(d, self.snd_nxt) {
                 self.stats.spurious_rtx += 1;
-                if let Some((_, n)) = self.rack.undo.as_mut() {
-                    *n = n.saturating_sub(1);
+                if let Some((_, n, floor)) = self.rack.undo.as_mut() {
+                    if d.0 >= *floor {
+                        *n = n.saturating_sub(1);
+                    }
                 }
             }
         }
@@ -671,7 +674,7 @@ impl Tcb {
         // Every retransmission of the last RACK recovery was spurious: undo its
         // congestion response once the episode is over (RFC 3708 §3, RFC 4015 §3).
         if self.recovery == Recovery::Open && self.rack.undo.as_ref().is_some_and(|u| u.1 == 0) {
-            if let Some((cc, _)) = self.rack.undo.take() {
+            if let Some((cc, _, _)) = self.rack.undo.take() {
                 self.cc = cc;
                 self.rack.reordering_seen = true;
             }
@@ -703,7 +706,7 @@ impl Tcb {
         if self.rack.lost_segments() > 0 && self.recovery == Recovery::Open {
             // RFC 8985 §6.2 / RFC 6675 §5: start fast recovery; no probe in recovery.
             let flight = self.in_flight();
-            self.rack.undo = Some((self.cc.clone(), 0));
+            self.rack.undo = Some((self.cc.clone(), 0, self.snd_una));
             self.enter_fast_recovery(now, flight);
             self.rack.pto_deadline = None;
             self.rack.tlp_pending = false;
