@@ -493,6 +493,11 @@ impl Rack {
             if s.sacked || (s.lost && !s.rxt_out) {
                 continue;
             }
+            if self.b_rxt == 0 && s.xmit >= rx && s.end > self.end_seq {
+                // No retransmission in flight: the records left are new data sent in
+                // sequence order, none of them before RACK's segment.
+                break;
+            }
             if !sent_after(rx, self.end_seq, s.xmit, s.end) {
                 continue;
             }
