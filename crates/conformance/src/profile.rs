@@ -89,8 +89,8 @@ const LINUX_RTO_MAX_MS: u32 = 120_000;
 ///   receive window sizing (`tcp_adv_win_scale`, the 10-MSS initial rwnd) and the window
 ///   scale it derives from the buffer;
 /// * `tcp_synack_retries` (ember's passive side gives up after the same interval as the
-///   active side), F-RTO (`tcp_frto`), RACK and TLP (`tcp_recovery`,
-///   `tcp_early_retrans`): ember has none of them;
+///   active side) and F-RTO (`tcp_frto`): ember has neither (RACK and TLP,
+///   `tcp_recovery` and `tcp_early_retrans`, map to ember's `tcp_recovery`/`tcp_tlp`);
 /// * TSO sizing and deferral (`tcp_tso_win_divisor`, `tcp_min_tso_segs`, autosizing),
 ///   pacing (`tcp_pacing_*_ratio`, fq), TCP small queues;
 /// * ECN and AccECN (`tcp_ecn`, `tcp_ecn_option`), TCP Fast Open (`tcp_fastopen*`),
@@ -660,7 +660,9 @@ fn set_all(params: &mut Params, changes: Vec<Change>) -> ShellOutcome {
 /// | `ip_local_port_range` "lo hi" | `tcp_smallest_anon_port`/`tcp_largest_anon_port` |
 /// | `tcp_dsack` 1 | Ignored (ember always sends D-SACK); 0 Unsupported |
 /// | `tcp_fack` 0 | Ignored (ember has no FACK); else Unsupported |
-/// | `tcp_frto`, `tcp_early_retrans`, `tcp_recovery` | 0 Ignored (ember has none); defaults.sh's value Ignored (listed as a difference); other Unsupported |
+/// | `tcp_frto` | 0 Ignored (ember has no F-RTO); defaults.sh's value Ignored (listed as a difference); other Unsupported |
+/// | `tcp_recovery` 0/1 | `tcp_recovery` (RACK, RFC 8985 §6); the variant bits 0x2, 0x4 Unsupported |
+/// | `tcp_early_retrans` 0-4 | `tcp_tlp` (TLP, RFC 8985 §7): 3, 4 on; 0-2 off (Linux's values without TLP); other Unsupported |
 /// | `tcp_synack_retries` 5 | Ignored (no knob); other Unsupported |
 /// | `tcp_tso_win_divisor` | Ignored (ember never defers to build TSO frames) |
 /// | `tcp_min_tso_segs` | Ignored (ember has no TSO autosizing: bursts are as large as the windows allow) |
@@ -805,8 +807,18 @@ fn apply_sysctl(name: &str, value: &str, params: &mut Params, ctx: Context) -> S
         "tcp_dsack" => no_knob(&[1], false, "ember always sends D-SACK (RFC 2883)"),
         "tcp_fack" => no_knob(&[0], false, "ember has no FACK"),
         "tcp_frto" => no_knob(&[0], true, "ember has no F-RTO (RFC 5682)"),
-        "tcp_early_retrans" => no_knob(&[0], true, "ember has no tail loss probe"),
-        "tcp_recovery" => no_knob(&[0], true, "ember has no RACK loss detection (RFC 8985)"),
+        "tcp_early_retrans" => match int {
+            Some(0..=2) => set_all(params, vec![change("tcp_tlp", 0, src)]),
+            Some(3 | 4) => set_all(params, vec![change("tcp_tlp", 1, src)]),
+            _ => bad_value(),
+        },
+        "tcp_recovery" => match int {
+            Some(n @ (0 | 1)) => set_all(params, vec![change("tcp_recovery", n, src)]),
+            Some(_) => unsupported(format!(
+                "{src}: the RACK variants of bits 0x2 (static reordering window) and 0x4 (no DupThresh) are not in ember"
+            )),
+            None => bad_value(),
+        },
         "tcp_synack_retries" => no_knob(
             &[5],
             false,
@@ -1267,6 +1279,10 @@ mod tests {
         assert!(!p.tcp_slow_start_after_idle);
         assert!(!p.do_tcp_fusion);
         assert_eq!(p.tcp_dupack_fast_retransmit, 3);
+        assert!(
+            p.tcp_recovery && p.tcp_tlp,
+            "RACK and TLP, as defaults.sh sets"
+        );
         assert_eq!(p.tcp_ip_abort_cinterval, 63_000);
         assert_eq!(p.tcp_ip_abort_interval, 924_600);
         assert_eq!(retries_timeout_ms(15, 200), 924_600);
@@ -1284,6 +1300,26 @@ mod tests {
         for (n, v) in DEFAULTS_SH {
             let o = apply_sysctl(n, v, &mut q, Context::DefaultsSh);
             assert!(!matches!(o, ShellOutcome::Unsupported(_)), "{n}={v}: {o:?}");
+        }
+    }
+
+    #[test]
+    fn rack_and_tlp_sysctls() {
+        let mut p = linux_profile();
+        let o = apply_shell(
+            "sysctl -q net.ipv4.tcp_recovery=0 net.ipv4.tcp_early_retrans=0",
+            &mut p,
+        );
+        assert_eq!(
+            applied(&o),
+            vec![("tcp_recovery", "0".into()), ("tcp_tlp", "0".into())]
+        );
+        assert!(!p.tcp_recovery && !p.tcp_tlp);
+        apply_shell("sysctl -q net.ipv4.tcp_early_retrans=3", &mut p);
+        assert!(p.tcp_tlp);
+        for bad in ["net.ipv4.tcp_recovery=4", "net.ipv4.tcp_early_retrans=5"] {
+            let o = apply_shell(&format!("sysctl -q {bad}"), &mut p);
+            assert!(matches!(o, ShellOutcome::Unsupported(_)), "{bad}: {o:?}");
         }
     }
 

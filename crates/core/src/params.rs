@@ -222,6 +222,8 @@ tunables! {
     tcp_wscale_always: bool = true, 0, 1, "", "offer window scaling (RFC 7323) on active opens";
     tcp_tstamp_always: bool = true, 0, 1, "", "offer timestamps (RFC 7323) on active opens";
     tcp_dupack_fast_retransmit: u32 = 3, 1, 10_000, "ACKs", "duplicate ACKs that trigger fast retransmit (DupThresh)";
+    tcp_recovery: bool = true, 0, 1, "", "RACK loss detection (RFC 8985 section 6) when SACK is negotiated: time-based loss marking with a reordering window adapted by D-SACK, instead of the DupThresh rules";
+    tcp_tlp: bool = true, 0, 1, "", "tail loss probes (RFC 8985 section 7) when SACK is negotiated: a probe after 2 SRTT without ACKs instead of waiting for the RTO";
     tcp_mss_def_ipv4: u32 = 536, 68, 65_495, "bytes", "send MSS assumed when the peer's SYN carries no MSS option (RFC 9293 section 3.7.1)";
     tcp_mss_min: u32 = 108, 48, 65_495, "bytes", "smallest MSS ember will use, whatever the peer or the path says";
     tcp_cork_interval: u32 = 200, 1, 60_000, "ms", "longest time a corked partial segment is held";

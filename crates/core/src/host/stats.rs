@@ -174,6 +174,10 @@ impl TcbStats {
             rtt_samples,
             attempt_fails,
             estab_resets,
+            rack_losses,
+            tlp_probes,
+            tlp_recoveries,
+            spurious_rtx,
         } = *o;
         self.segs_in += segs_in;
         self.segs_out += segs_out;
@@ -198,6 +202,10 @@ impl TcbStats {
         self.keepalive_probes += keepalive_probes;
         self.zero_window_adv += zero_window_adv;
         self.rcv_drops_full += rcv_drops_full;
+        self.rack_losses += rack_losses;
+        self.tlp_probes += tlp_probes;
+        self.tlp_recoveries += tlp_recoveries;
+        self.spurious_rtx += spurious_rtx;
         self.bad_acks += bad_acks;
         self.recoveries += recoveries;
         self.rtt_samples += rtt_samples;

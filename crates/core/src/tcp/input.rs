@@ -376,6 +376,7 @@ impl Tcb {
         // segment per duplicate ACK without SACK): cwnd grew for none of it then and
         // grows only for the rest now.
         let mut delivered_before = 0;
+        let mut dsack = None;
         if acked > 0 {
             delivered_before = if self.sack_ok {
                 let una = self.snd_una;
@@ -404,6 +405,7 @@ impl Tcb {
             newly_sacked = d.newly_sacked;
             if d.dsack {
                 self.stats.dsacks_in += 1;
+                dsack = Some(blocks[0]);
             }
         }
 
@@ -437,6 +439,8 @@ impl Tcb {
                 self.on_dupack(now, prior_in_flight);
             }
         }
+        // RACK-TLP (RFC 8985): delivery, reordering, loss detection, probe episode.
+        self.rack_on_ack(now, ack, dsack, acked);
 
         // Our FIN acknowledged?
         if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
@@ -604,6 +608,10 @@ impl Tcb {
         let mss = self.mss();
         match self.recovery {
             Recovery::Open => {
+                if self.rack_active() {
+                    // RACK (RFC 8985, `rack.rs`) decides what is lost instead.
+                    return;
+                }
                 let lost_head =
                     self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.set.dupthresh);
                 // RFC 6675 §5 / RFC 6582 §3.2 step 1: no new recovery until the previous
@@ -623,7 +631,7 @@ impl Tcb {
     }
 
     /// RFC 6675 §5 steps 4.1-4.3 / RFC 6582 §3.2 step 2: fast retransmit.
-    fn enter_fast_recovery(&mut self, now: Instant, prior_in_flight: u32) {
+    pub(super) fn enter_fast_recovery(&mut self, now: Instant, prior_in_flight: u32) {
         let mss = self.mss();
         self.recovery = Recovery::Fast;
         self.recover = self.snd_nxt;

@@ -38,6 +38,7 @@ pub mod seq;
 mod fusion;
 mod input;
 mod output;
+pub mod rack;
 pub mod tcb;
 mod timers;
 
@@ -227,6 +228,10 @@ pub struct TcpSettings {
     pub wscale: bool,
     pub tstamp: bool,
     pub dupthresh: u32,
+    /// RACK loss detection (RFC 8985 §6, `tcp_recovery`).
+    pub rack: bool,
+    /// Tail loss probes (RFC 8985 §7, `tcp_tlp`).
+    pub tlp: bool,
     pub mss_def: u32,
     pub mss_min: u32,
     pub cork_interval: Duration,
@@ -266,6 +271,8 @@ impl TcpSettings {
             wscale: p.tcp_wscale_always,
             tstamp: p.tcp_tstamp_always,
             dupthresh: p.tcp_dupack_fast_retransmit,
+            rack: p.tcp_recovery,
+            tlp: p.tcp_tlp,
             mss_def: p.tcp_mss_def_ipv4,
             mss_min: p.tcp_mss_min,
             cork_interval: ms(p.tcp_cork_interval),

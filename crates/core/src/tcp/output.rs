@@ -75,6 +75,11 @@ impl Tcb {
             }
             _ => {}
         }
+        // RFC 8985 §7.3: a tail loss probe (`rack.rs`).
+        if let Some((seq, len, fin, rtx)) = self.plan_tlp(now) {
+            let kind = if rtx { Kind::Retransmit } else { Kind::Data };
+            return Some(self.build(now, seq, len, fin, kind));
+        }
         if let Some((seq, len, fin)) = self.plan_retransmission(false) {
             return Some(self.build(now, seq, len, fin, Kind::Retransmit));
         }
@@ -142,6 +147,8 @@ impl Tcb {
         let mss = self.mss();
         match self.recovery {
             Recovery::Open => self.in_flight().saturating_sub(self.sb.sacked_bytes()),
+            // RACK's marks (RFC 8985, `rack.rs`).
+            Recovery::Fast if self.rack_active() => self.rack.pipe(),
             Recovery::Fast => self.sb.pipe(
                 self.snd_una,
                 self.snd_nxt,
@@ -198,6 +205,14 @@ impl Tcb {
             let cand = match self.recovery {
                 Recovery::Open => None,
                 Recovery::Fast if !self.sack_ok => None,
+                // RACK (RFC 8985 §6.2) marks what is lost; no RFC 6675 rule 3.
+                Recovery::Fast if self.rack_active() => {
+                    if rule3 {
+                        None
+                    } else {
+                        self.rack.next_lost(mss)
+                    }
+                }
                 Recovery::Fast => {
                     if rule3 {
                         self.sb.next_unsacked(self.snd_una, self.high_rxt, mss)
@@ -207,9 +222,13 @@ impl Tcb {
                     }
                 }
                 Recovery::Loss if rule3 => None,
-                Recovery::Loss => {
-                    self.next_unsacked_below(self.high_rxt.max(self.snd_una), self.recover, mss)
-                }
+                Recovery::Loss => self
+                    .rack_active()
+                    .then(|| self.rack.next_lost(mss))
+                    .flatten()
+                    .or_else(|| {
+                        self.next_unsacked_below(self.high_rxt.max(self.snd_una), self.recover, mss)
+                    }),
             }?;
             if allowance < cand.1.min(mss) {
                 self.cwnd_blocked = true;
@@ -581,8 +600,10 @@ impl Tcb {
                     self.rtx_deadline = Some(self.rtx_due(now));
                 }
                 self.persist_deadline = None;
+                self.rack_on_send(now, seq, end, false);
             }
             Kind::Retransmit => {
+                self.rack_on_send(now, seq, seq + len + u32::from(fin), true);
                 self.last_data_sent = now;
                 if self.rtx_series_start.is_none() {
                     self.rtx_series_start = Some(now);

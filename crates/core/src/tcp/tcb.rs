@@ -16,6 +16,7 @@
 
 use super::assembler::Assembler;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
+use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
@@ -68,6 +69,14 @@ pub struct TcbStats {
     pub attempt_fails: u64,
     /// ESTABLISHED or CLOSE-WAIT went straight to CLOSED (RFC 4022 tcpEstabResets).
     pub estab_resets: u64,
+    /// Segments RACK deemed lost (RFC 8985 §6.2).
+    pub rack_losses: u64,
+    /// Tail loss probes sent (RFC 8985 §7.3).
+    pub tlp_probes: u64,
+    /// Losses a tail loss probe repaired (RFC 8985 §7.4).
+    pub tlp_recoveries: u64,
+    /// Retransmissions a D-SACK showed were not needed (RFC 3708).
+    pub spurious_rtx: u64,
 }
 
 /// A `tcp_info`-like snapshot of one connection (for netstat and tests).
@@ -250,6 +259,8 @@ pub struct Tcb {
     /// timestamps are not RTT samples (they may measure the timeout itself).
     pub(super) ts_rtt_floor: Option<u32>,
     pub(super) sb: Scoreboard,
+    /// RACK-TLP per-segment state and timers (`rack.rs`).
+    pub(super) rack: Rack,
     pub(super) recovery: Recovery,
     /// RFC 6675 RecoveryPoint / RFC 6582 "recover".
     pub(super) recover: SeqNum,
@@ -412,6 +423,7 @@ impl Tcb {
             rtt_timed: None,
             ts_rtt_floor: None,
             sb,
+            rack: Rack::new(),
             recovery: Recovery::Open,
             recover: spec.iss,
             high_rxt: spec.iss,
@@ -836,6 +848,7 @@ impl Tcb {
         self.state_deadline = None;
         self.cork_deadline = None;
         self.probe_pending = false;
+        self.rack.clear();
     }
 
     /// The connection failed with `e` (reported to the application) and is gone.

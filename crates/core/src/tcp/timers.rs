@@ -26,6 +26,8 @@ impl Tcb {
             self.keepalive_deadline,
             self.state_deadline,
             self.cork_deadline,
+            self.rack.reo_deadline,
+            self.rack.pto_deadline,
         ]
         .into_iter()
         .flatten()
@@ -62,6 +64,9 @@ impl Tcb {
             // The cork limit passed: output sends the held partial segment.
             self.cork_deadline = None;
         }
+        // RFC 8985 §6.3 reorder timer and §7.2 probe timeout (`rack.rs`); a probe due
+        // with the RTO goes first and rearms it.
+        self.rack_on_timeout(now);
         if self.rtx_deadline.is_some_and(|t| now >= t) {
             self.rtx_deadline = None;
             self.on_retransmit_timeout(now);
@@ -151,6 +156,7 @@ impl Tcb {
                 }
                 self.ts_rtt_floor = Some(self.ts_now(now));
                 self.recovery = Recovery::Loss;
+                self.rack_on_rto();
                 self.recover = self.snd_nxt;
                 self.high_rxt = self.snd_una;
                 self.dupacks = 0;

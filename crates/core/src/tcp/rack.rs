@@ -1,0 +1,1086 @@
+//! RACK-TLP loss detection (RFC 8985).
+//!
+//! # Design
+//!
+//! ember's send buffer is a byte stream; RACK needs per-segment transmit times. [`Rack`]
+//! keeps one record per segment sent and not yet cumulatively acknowledged (RFC 8985 §5.2
+//! "per-segment variables"): its sequence range, its latest transmit time, and whether it
+//! was ever retransmitted, is SACKed (as a whole: a partly SACKed segment is not
+//! delivered), is deemed lost, and has a retransmission in flight. Running byte counts
+//! over the records give the RACK view of the pipe (`in flight - SACKed - lost +
+//! retransmitted`) in O(1).
+//!
+//! * RACK (§6): every ACK calls [`Rack::update_delivered`] (§6.2 steps 1-3: RACK.xmit_ts,
+//!   RACK.end_seq, RACK.rtt, RACK.fack, reordering detection), DSACKs feed
+//!   [`Rack::on_dsack`] (§6.2 step 4: the reordering window multiplier), and
+//!   [`Rack::detect_loss`] (§6.2 step 5) marks segments lost and returns the time after
+//!   which the next pending segment would be lost: the reorder timer (§6.3).
+//! * TLP (§7): the probe timeout is armed after new data is sent or new data is
+//!   cumulatively acknowledged (§7.2), the probe sends one new segment or retransmits the
+//!   last one (§7.3), at most one per episode, and [`Tcb::tlp_on_ack`] tells whether the
+//!   probe repaired a loss (§7.4), in which case congestion control reduces once.
+//!
+//! The Tcb glue (`impl Tcb` below) connects these to input (after every acceptable ACK),
+//! output (every segment sent, the probe itself) and the timers. While RACK is on (and
+//! SACK was negotiated) it replaces the DupThresh rules of RFC 6675 for entering fast
+//! recovery and choosing what to retransmit; without SACK the RFC 5681/6582 rules stay.
+//!
+//! Bounds: at most [`MAX_SEGS`] records (beyond it new segments merge into the last
+//! record, and retransmissions stop splitting records at twice that); everything is
+//! O(records) at worst per ACK and allocation-free after the deque has grown; nothing
+//! panics.
+
+use super::cc::{Cc, CongestionControl};
+use super::sack::Scoreboard;
+use super::seq::SeqNum;
+use super::tcb::{Recovery, Tcb};
+use super::State;
+use crate::time::Instant;
+use core::time::Duration;
+use std::collections::VecDeque;
+
+/// Records kept before new segments merge into the last one.
+pub const MAX_SEGS: usize = 4096;
+/// RFC 8985 §7.2: the worst-case delayed-ACK time added to the PTO when one segment is
+/// in flight (WCDelAckT).
+const WC_DEL_ACK: Duration = Duration::from_millis(200);
+/// RFC 8985 §7.2: the PTO when no RTT sample exists yet.
+const PTO_NO_RTT: Duration = Duration::from_secs(1);
+/// RFC 8985 §6.2 step 4: recoveries a grown reordering window persists for.
+const REO_WND_PERSIST: u32 = 16;
+/// Largest reordering degree (in segments) reported.
+const MAX_REORDERING: u32 = 300;
+/// Retransmitted ranges remembered for DSACK-based spurious retransmission detection.
+const RTX_MEMORY: usize = 8;
+
+/// One segment sent and not yet cumulatively acknowledged (RFC 8985 §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seg {
+    start: SeqNum,
+    end: SeqNum,
+    /// Segment.xmit_ts: the latest (re)transmission.
+    xmit: Instant,
+    /// Segment.retransmitted: ever retransmitted.
+    retrans: bool,
+    /// SACKed as a whole (delivered).
+    sacked: bool,
+    /// Segment.lost: deemed lost and not delivered since.
+    lost: bool,
+    /// A retransmission of it is in flight (sent after it was marked lost, or forced).
+    rxt_out: bool,
+}
+
+impl Seg {
+    fn len(&self) -> u64 {
+        u64::from(self.end.since(self.start))
+    }
+}
+
+/// RACK-TLP state of one connection (RFC 8985 §5.2, §7).
+#[derive(Debug, Clone)]
+pub struct Rack {
+    segs: VecDeque<Seg>,
+    // Running sums over `segs`.
+    b_total: u64,
+    b_sacked: u64,
+    /// Lost and not SACKed.
+    b_lost: u64,
+    /// Retransmission in flight and not SACKed.
+    b_rxt: u64,
+    n_sacked: u32,
+    n_lost: u32,
+    /// RACK.xmit_ts / RACK.end_seq: the most recently sent delivered segment.
+    xmit_ts: Option<Instant>,
+    end_seq: SeqNum,
+    /// RACK.rtt.
+    rtt: Duration,
+    /// RACK.fack: the highest sequence number delivered.
+    fack: Option<SeqNum>,
+    /// The connection was in recovery at the last ACK (to count recoveries, §6.2 step 4).
+    was_in_recovery: bool,
+    reordering_seen: bool,
+    /// Reordering degree in segments (at least DupThresh), for `tcp_info`.
+    reordering: u32,
+    reo_wnd_mult: u32,
+    reo_wnd_persist: u32,
+    dsack_round: Option<SeqNum>,
+    /// The reorder timer (§6.3).
+    pub(super) reo_deadline: Option<Instant>,
+    /// The probe timeout (§7.2).
+    pub(super) pto_deadline: Option<Instant>,
+    /// The PTO fired: output sends the probe.
+    pub(super) tlp_pending: bool,
+    /// TLP.end_seq: an episode is in progress (§7.4.1).
+    tlp_end_seq: Option<SeqNum>,
+    /// TLP.is_retrans.
+    tlp_is_retrans: bool,
+    /// The probe's own range, to match a DSACK for it.
+    tlp_range: (SeqNum, SeqNum),
+    /// Recently retransmitted ranges (RFC 3708-style spurious detection by DSACK).
+    rtx_ranges: [(SeqNum, SeqNum); RTX_MEMORY],
+    rtx_next: usize,
+    /// Congestion control as it was before the last RACK-started recovery, and the
+    /// retransmissions of that episode not yet shown spurious by a DSACK, and SND.UNA
+    /// when it began (older DSACKs belong to earlier episodes). RFC 3708 detection; the
+    /// response restores the state, as RFC 4015 §3 does for Eifel.
+    undo: Option<(Cc, u32, SeqNum)>,
+}
+
+impl Default for Rack {
+    fn default() -> Self {
+        Rack::new()
+    }
+}
+
+/// RFC 8985 §6.2: was segment (t1, s1) sent after segment (t2, s2)?
+fn sent_after(t1: Instant, s1: SeqNum, t2: Instant, s2: SeqNum) -> bool {
+    t1 > t2 || (t1 == t2 && s1 > s2)
+}
+
+impl Rack {
+    pub fn new() -> Rack {
+        Rack {
+            segs: VecDeque::new(),
+            b_total: 0,
+            b_sacked: 0,
+            b_lost: 0,
+            b_rxt: 0,
+            n_sacked: 0,
+            n_lost: 0,
+            xmit_ts: None,
+            end_seq: SeqNum(0),
+            rtt: Duration::ZERO,
+            fack: None,
+            was_in_recovery: false,
+            reordering_seen: false,
+            reordering: 3,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: 0,
+            dsack_round: None,
+            reo_deadline: None,
+            pto_deadline: None,
+            tlp_pending: false,
+            tlp_end_seq: None,
+            tlp_is_retrans: false,
+            tlp_range: (SeqNum(0), SeqNum(0)),
+            rtx_ranges: [(SeqNum(0), SeqNum(0)); RTX_MEMORY],
+            rtx_next: 0,
+            undo: None,
+        }
+    }
+
+    /// Adds (`add`) or removes a record's contribution to the running sums.
+    fn account(&mut self, s: &Seg, add: bool) {
+        let len = s.len();
+        let upd = |v: &mut u64, on: bool| {
+            if on {
+                *v = if add {
+                    v.saturating_add(len)
+                } else {
+                    v.saturating_sub(len)
+                };
+            }
+        };
+        upd(&mut self.b_total, true);
+        upd(&mut self.b_sacked, s.sacked);
+        upd(&mut self.b_lost, s.lost && !s.sacked);
+        upd(&mut self.b_rxt, s.rxt_out && !s.sacked);
+        let cnt = |v: &mut u32, on: bool| {
+            if on {
+                *v = if add {
+                    v.saturating_add(1)
+                } else {
+                    v.saturating_sub(1)
+                };
+            }
+        };
+        cnt(&mut self.n_sacked, s.sacked);
+        cnt(&mut self.n_lost, s.lost && !s.sacked);
+    }
+
+    /// Replaces record `i` (keeping the sums right).
+    fn set(&mut self, i: usize, new: Seg) {
+        if let Some(old) = self.segs.get(i).copied() {
+            self.account(&old, false);
+            self.account(&new, true);
+            self.segs[i] = new;
+        }
+    }
+
+    /// Forgets every record (e.g. the connection closed).
+    pub fn clear(&mut self) {
+        *self = Rack {
+            reordering_seen: self.reordering_seen,
+            reordering: self.reordering,
+            ..Rack::new()
+        };
+    }
+
+    /// New data `[start, end)` sent at `now` (RFC 8985 §6.1: record the transmit time).
+    pub fn on_send(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
+        let mut start = start;
+        if let Some(last) = self.segs.back().copied() {
+            if start < last.end {
+                // Overlaps what was sent: that part is a retransmission.
+                self.on_retransmit(start, last.end.min(end), now);
+                start = last.end;
+            }
+        }
+        if end <= start {
+            return;
+        }
+        let seg = Seg {
+            start,
+            end,
+            xmit: now,
+            retrans: false,
+            sacked: false,
+            lost: false,
+            rxt_out: false,
+        };
+        if self.segs.len() >= MAX_SEGS {
+            // Bound: extend the last record instead (its transmit time becomes now).
+            if let Some(i) = self.segs.len().checked_sub(1) {
+                let mut last = self.segs[i];
+                if last.end == start && !last.sacked && !last.lost {
+                    last.end = end;
+                    last.xmit = now;
+                    self.set(i, last);
+                    return;
+                }
+            }
+            if self.segs.len() >= 2 * MAX_SEGS {
+                return;
+            }
+        }
+        self.account(&seg, true);
+        self.segs.push_back(seg);
+    }
+
+    /// Splits record `i` at `at` (strictly inside it); false if the bound forbids it.
+    fn split(&mut self, i: usize, at: SeqNum) -> bool {
+        if self.segs.len() >= 2 * MAX_SEGS {
+            return false;
+        }
+        let Some(s) = self.segs.get(i).copied() else {
+            return false;
+        };
+        if !(at > s.start && at < s.end) {
+            return false;
+        }
+        self.account(&s, false);
+        let lo = Seg { end: at, ..s };
+        let hi = Seg { start: at, ..s };
+        self.account(&lo, true);
+        self.account(&hi, true);
+        self.segs[i] = lo;
+        self.segs.insert(i + 1, hi);
+        true
+    }
+
+    /// Index of the first record ending after `seq`.
+    fn find(&self, seq: SeqNum) -> usize {
+        self.segs.partition_point(|s| s.end <= seq)
+    }
+
+    /// `[start, end)` was retransmitted at `now`: its records get the new transmit time
+    /// and a retransmission in flight (splitting records at the range's edges).
+    pub fn on_retransmit(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
+        if end <= start {
+            return;
+        }
+        let mut i = self.find(start);
+        if self.segs.get(i).is_some_and(|s| s.start < start) && self.split(i, start) {
+            i += 1;
+        }
+        while let Some(s) = self.segs.get(i).copied() {
+            if s.start >= end {
+                break;
+            }
+            if s.end > end {
+                self.split(i, end);
+            }
+            let s = self.segs[i];
+            self.set(
+                i,
+                Seg {
+                    xmit: now,
+                    retrans: true,
+                    rxt_out: true,
+                    ..s
+                },
+            );
+            i += 1;
+        }
+        self.rtx_ranges[self.rtx_next] = (start, end);
+        self.rtx_next = (self.rtx_next + 1) % RTX_MEMORY;
+    }
+
+    /// RFC 8985 §6.2 steps 1-3 for one ACK: drops cumulatively acknowledged records,
+    /// marks records SACKed as a whole, and for the segments newly delivered updates
+    /// RACK.rtt, RACK.xmit_ts/end_seq (skipping ambiguous retransmissions whose RTT is
+    /// below the minimum RTT) and RACK.fack, and detects reordering (a segment never
+    /// retransmitted delivered below RACK.fack). Returns the number newly delivered.
+    pub fn update_delivered(
+        &mut self,
+        now: Instant,
+        snd_una: SeqNum,
+        sb: &Scoreboard,
+        min_rtt: Option<Duration>,
+        mss: u32,
+        dupthresh: u32,
+    ) -> u32 {
+        let mut newest: Option<(Instant, SeqNum)> = None;
+        let mut delivered = 0u32;
+        let mut deliver = |r: &mut Rack, s: &Seg, newest: &mut Option<(Instant, SeqNum)>| {
+            delivered += 1;
+            // Step 3: reordering.
+            let fack = r.fack.unwrap_or(s.end);
+            if s.end >= fack {
+                r.fack = Some(s.end);
+            } else if !s.retrans {
+                r.reordering_seen = true;
+                let degree = fack.since(s.start).div_ceil(mss.max(1));
+                r.reordering = r
+                    .reordering
+                    .max(degree.min(MAX_REORDERING))
+                    .max(dupthresh.min(MAX_REORDERING));
+            }
+            // Step 2: RACK.rtt from segments whose RTT is unambiguous.
+            let rtt = now.saturating_duration_since(s.xmit);
+            if s.retrans && min_rtt.is_some_and(|m| rtt < m) {
+                return;
+            }
+            if newest.is_none_or(|(t, e)| sent_after(s.xmit, s.end, t, e)) {
+                *newest = Some((s.xmit, s.end));
+            }
+        };
+        // Cumulatively acknowledged records.
+        while let Some(s) = self.segs.front().copied() {
+            if s.end <= snd_una {
+                self.segs.pop_front();
+                self.account(&s, false);
+                if !s.sacked {
+                    deliver(self, &s, &mut newest);
+                }
+            } else {
+                if s.start < snd_una {
+                    // Partly acknowledged: not delivered yet; trim.
+                    self.set(
+                        0,
+                        Seg {
+                            start: snd_una,
+                            ..s
+                        },
+                    );
+                }
+                break;
+            }
+        }
+        // SACKed records (a merge walk over both sorted lists).
+        if !sb.is_empty() || self.n_sacked > 0 {
+            let mut ranges = sb.ranges().peekable();
+            for i in 0..self.segs.len() {
+                let s = self.segs[i];
+                while ranges.peek().is_some_and(|&(_, e)| e <= s.start) {
+                    ranges.next();
+                }
+                let covered = ranges
+                    .peek()
+                    .is_some_and(|&(a, e)| a <= s.start && e >= s.end);
+                if covered != s.sacked {
+                    self.set(
+                        i,
+                        Seg {
+                            sacked: covered,
+                            ..s
+                        },
+                    );
+                    if covered {
+                        deliver(self, &s, &mut newest);
+                    }
+                }
+            }
+        }
+        if self.fack.is_some_and(|f| f < snd_una) {
+            self.fack = Some(snd_una);
+        }
+        if let Some((t, e)) = newest {
+            self.rtt = now.saturating_duration_since(t);
+            if self
+                .xmit_ts
+                .is_none_or(|rt| sent_after(t, e, rt, self.end_seq))
+            {
+                self.xmit_ts = Some(t);
+                self.end_seq = e;
+            }
+        }
+        delivered
+    }
+
+    /// RFC 8985 §6.2 step 4, DSACK part: a DSACK block `d` arrived. Grows the reordering
+    /// window multiplier once per round trip, and tells whether the block reports a
+    /// retransmission we made recently (a spurious retransmission, RFC 3708 §3).
+    pub fn on_dsack(&mut self, d: (SeqNum, SeqNum), snd_nxt: SeqNum) -> bool {
+        if self.dsack_round.is_none() {
+            self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1).min(64);
+            self.dsack_round = Some(snd_nxt);
+            self.reo_wnd_persist = REO_WND_PERSIST;
+        }
+        for r in self.rtx_ranges.iter_mut() {
+            if r.1 > r.0 && d.0 >= r.0 && d.1 <= r.1 && d.1 > d.0 {
+                *r = (SeqNum(0), SeqNum(0));
+                // The original arrived after all: the network reorders (a spurious
+                // retransmission is the reordering §6.2 step 3 cannot see, because the
+                // segment was retransmitted before its original was delivered).
+                self.reordering_seen = true;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// RFC 8985 §6.2 step 4: the DSACK round ends once SND.UNA passes it.
+    pub fn end_dsack_round(&mut self, snd_una: SeqNum) {
+        if self.dsack_round.is_some_and(|r| snd_una >= r) {
+            self.dsack_round = None;
+        }
+    }
+
+    /// RFC 8985 §6.2 step 4: a recovery ended; after 16 without DSACK the reordering
+    /// window multiplier returns to 1.
+    pub fn on_recovery_end(&mut self) {
+        if self.reo_wnd_persist > 0 {
+            self.reo_wnd_persist -= 1;
+            if self.reo_wnd_persist == 0 {
+                self.reo_wnd_mult = 1;
+            }
+        }
+    }
+
+    /// RFC 8985 §6.2 step 4: RACK.reo_wnd. Zero while no reordering was seen and the
+    /// sender is in recovery or DupThresh segments are SACKed; otherwise
+    /// `min(min_RTT / 4 * reo_wnd_mult, SRTT)`.
+    pub fn reo_wnd(
+        &self,
+        in_recovery: bool,
+        dupthresh: u32,
+        min_rtt: Option<Duration>,
+        srtt: Option<Duration>,
+    ) -> Duration {
+        if !self.reordering_seen && (in_recovery || self.n_sacked >= dupthresh.max(1)) {
+            return Duration::ZERO;
+        }
+        let base = min_rtt.unwrap_or(Duration::ZERO) / 4 * self.reo_wnd_mult;
+        match srtt {
+            Some(s) => base.min(s),
+            None => base,
+        }
+    }
+
+    /// RFC 8985 §6.2 step 5: marks lost every undelivered segment sent before RACK's
+    /// segment whose time `xmit + RACK.rtt + reo_wnd` has passed. Returns how many were
+    /// newly marked and the time until the next pending segment would be (the reorder
+    /// timer, §6.3), if any.
+    pub fn detect_loss(&mut self, now: Instant, reo_wnd: Duration) -> (u32, Option<Duration>) {
+        let Some(rx) = self.xmit_ts else {
+            return (0, None);
+        };
+        let mut newly = 0;
+        let mut timeout: Option<Duration> = None;
+        for i in 0..self.segs.len() {
+            let s = self.segs[i];
+            if s.sacked || (s.lost && !s.rxt_out) {
+                continue;
+            }
+            if self.b_rxt == 0 && s.xmit >= rx && s.end > self.end_seq {
+                // No retransmission in flight: the records left are new data sent in
+                // sequence order, none of them before RACK's segment.
+                break;
+            }
+            if !sent_after(rx, self.end_seq, s.xmit, s.end) {
+                continue;
+            }
+            let due = s.xmit + self.rtt + reo_wnd;
+            if due <= now {
+                self.set(
+                    i,
+                    Seg {
+                        lost: true,
+                        rxt_out: false,
+                        ..s
+                    },
+                );
+                newly += 1;
+            } else {
+                let left = due.saturating_duration_since(now);
+                timeout = Some(timeout.map_or(left, |t| t.max(left)));
+            }
+        }
+        (newly, timeout)
+    }
+
+    /// RFC 8985 §6.3 on a retransmission timeout: every outstanding segment not SACKed
+    /// is lost; nothing of them is in flight any more.
+    pub fn mark_all_lost(&mut self) {
+        for i in 0..self.segs.len() {
+            let s = self.segs[i];
+            if !s.sacked {
+                self.set(
+                    i,
+                    Seg {
+                        lost: true,
+                        rxt_out: false,
+                        ..s
+                    },
+                );
+            }
+        }
+        self.reo_deadline = None;
+    }
+
+    /// The first segment to retransmit: lost, not SACKed, no retransmission in flight;
+    /// as (start, length of at most `mss`).
+    pub fn next_lost(&self, mss: u32) -> Option<(SeqNum, u32)> {
+        if self.n_lost == 0 {
+            return None;
+        }
+        self.segs
+            .iter()
+            .find(|s| s.lost && !s.sacked && !s.rxt_out)
+            .map(|s| (s.start, s.end.since(s.start).min(mss.max(1))))
+    }
+
+    /// The last segment sent (for the loss probe, §7.3), at most `mss` long at its end.
+    pub fn last_segment(&self, mss: u32) -> Option<(SeqNum, u32)> {
+        self.segs.back().map(|s| {
+            let len = s.end.since(s.start).min(mss.max(1));
+            (s.end - len, len)
+        })
+    }
+
+    /// The pipe by RACK's marks: bytes outstanding, less SACKed and lost ones, plus
+    /// retransmissions in flight (RFC 8985 §9.3 with RFC 6675's pipe idea).
+    pub fn pipe(&self) -> u32 {
+        (self.b_total - self.b_sacked.min(self.b_total))
+            .saturating_sub(self.b_lost)
+            .saturating_add(self.b_rxt)
+            .min(u64::from(u32::MAX)) as u32
+    }
+
+    /// Segments deemed lost and not delivered (`tcpi_lost`).
+    pub fn lost_segments(&self) -> u32 {
+        self.n_lost
+    }
+
+    /// Segments SACKed as a whole.
+    pub fn sacked_segments(&self) -> u32 {
+        self.n_sacked
+    }
+
+    /// Reordering was observed on this connection.
+    pub fn reordering_seen(&self) -> bool {
+        self.reordering_seen
+    }
+
+    /// The reordering degree in segments (at least DupThresh; `tcpi_reordering`).
+    pub fn reordering(&self) -> u32 {
+        self.reordering
+    }
+
+    /// RACK.reo_wnd_mult.
+    pub fn reo_wnd_mult(&self) -> u32 {
+        self.reo_wnd_mult
+    }
+
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// No record held.
+    pub fn is_empty(&self) -> bool {
+        self.segs.is_empty()
+    }
+}
+
+impl Tcb {
+    /// RACK runs on this connection: enabled and SACK negotiated (RFC 8985 §4 needs
+    /// SACK to learn what was delivered).
+    pub(super) fn rack_active(&self) -> bool {
+        self.set.rack && self.sack_ok
+    }
+
+    fn tlp_active(&self) -> bool {
+        self.set.tlp && self.sack_ok
+    }
+
+    fn rack_tracking(&self) -> bool {
+        self.sack_ok && (self.set.rack || self.set.tlp)
+    }
+
+    /// Output sent `[seq, end)` (sequence space, FIN included).
+    pub(super) fn rack_on_send(&mut self, now: Instant, seq: SeqNum, end: SeqNum, retrans: bool) {
+        if !self.rack_tracking() || end <= seq {
+            return;
+        }
+        if retrans {
+            self.rack.on_retransmit(seq, end, now);
+            if let Some((_, n, _)) = self.rack.undo.as_mut() {
+                *n = n.saturating_add(1);
+            }
+        } else {
+            self.rack.on_send(seq, end, now);
+            // RFC 8985 §7.2: (re)start the PTO after sending new data.
+            self.tlp_arm(now);
+        }
+    }
+
+    /// After an acceptable ACK was processed (SND.UNA, SACK scoreboard, recovery state
+    /// already updated). `dsack` is the ACK's D-SACK block, `acked` the bytes it
+    /// cumulatively acknowledged.
+    pub(super) fn rack_on_ack(
+        &mut self,
+        now: Instant,
+        ack: SeqNum,
+        dsack: Option<(SeqNum, SeqNum)>,
+        acked: u32,
+    ) {
+        if !self.rack_tracking() || !self.state.is_synchronized() {
+            return;
+        }
+        let mss = self.mss();
+        let min_rtt = self.rtt.min_rtt();
+        self.rack.update_delivered(
+            now,
+            self.snd_una,
+            &self.sb,
+            min_rtt,
+            mss,
+            self.set.dupthresh,
+        );
+        self.rack.end_dsack_round(self.snd_una);
+        if let Some(d) = dsack {
+            if self.rack.on_dsack(d, self.snd_nxt) {
+                self.stats.spurious_rtx += 1;
+                if let Some((_, n, floor)) = self.rack.undo.as_mut() {
+                    if d.0 >= *floor {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+            }
+        }
+        self.tlp_on_ack(now, ack, dsack);
+        let in_rec = self.recovery != Recovery::Open;
+        if self.rack.was_in_recovery && !in_rec {
+            self.rack.on_recovery_end();
+        }
+        self.rack.was_in_recovery = in_rec;
+        // Every retransmission of the last RACK recovery was spurious: undo its
+        // congestion response once the episode is over (RFC 3708 §3, RFC 4015 §3).
+        if self.recovery == Recovery::Open && self.rack.undo.as_ref().is_some_and(|u| u.1 == 0) {
+            if let Some((cc, _, _)) = self.rack.undo.take() {
+                self.cc = cc;
+                self.rack.reordering_seen = true;
+            }
+        }
+        if self.rack_active() {
+            self.rack_detect(now);
+        }
+        if acked > 0 {
+            // RFC 8985 §7.2: restart the PTO on an ACK of new data.
+            self.tlp_arm(now);
+        }
+    }
+
+    /// RFC 8985 §6.2 step 5 and §6.3: detect losses, arm the reorder timer, and enter
+    /// fast recovery when something is lost.
+    fn rack_detect(&mut self, now: Instant) {
+        let in_rec = self.recovery != Recovery::Open;
+        let reo = self.rack.reo_wnd(
+            in_rec,
+            self.set.dupthresh,
+            self.rtt.min_rtt(),
+            self.rtt.srtt(),
+        );
+        let (n, timeout) = self.rack.detect_loss(now, reo);
+        self.rack.reo_deadline = timeout.map(|t| now + t);
+        if n > 0 {
+            self.stats.rack_losses += u64::from(n);
+        }
+        if self.rack.lost_segments() > 0 && self.recovery == Recovery::Open {
+            // RFC 8985 §6.2 / RFC 6675 §5: start fast recovery; no probe in recovery.
+            let flight = self.in_flight();
+            self.rack.undo = Some((self.cc.clone(), 0, self.snd_una));
+            self.enter_fast_recovery(now, flight);
+            self.rack.pto_deadline = None;
+            self.rack.tlp_pending = false;
+        }
+    }
+
+    /// RFC 8985 §7.2: schedule a PTO if SACK is on, nothing is SACKed, the connection is
+    /// not in recovery, data is in flight and no probe episode is open: 2 SRTT (plus the
+    /// worst-case delayed ACK with one segment in flight; 1 s without an RTT sample),
+    /// never later than the RTO.
+    pub(super) fn tlp_arm(&mut self, now: Instant) {
+        self.rack.pto_deadline = None;
+        let data_state = matches!(
+            self.state,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        );
+        if !self.tlp_active()
+            || !data_state
+            || self.recovery != Recovery::Open
+            || self.rack.sacked_segments() > 0
+            || self.rack.tlp_end_seq.is_some()
+            || self.snd_una == self.snd_nxt
+        {
+            return;
+        }
+        let pto = match self.rtt.srtt() {
+            Some(srtt) => {
+                let mut p = srtt * 2;
+                if self.in_flight() <= self.mss() {
+                    p += WC_DEL_ACK;
+                }
+                p
+            }
+            None => PTO_NO_RTT,
+        };
+        // RFC 8985 §7.2: never later than the RTO would fire; the probe then goes out in
+        // its place (and the RTO is rearmed from the probe, §7.3).
+        let at = match self.rtx_deadline {
+            Some(r) => (now + pto).min(r),
+            None => now + pto,
+        };
+        self.rack.pto_deadline = Some(at);
+    }
+
+    /// The reorder timer and the PTO (run by `on_timeout`).
+    pub(super) fn rack_on_timeout(&mut self, now: Instant) {
+        let live = self.state.is_synchronized() && self.snd_una != self.snd_nxt;
+        if self.rack.reo_deadline.is_some_and(|t| now >= t) {
+            self.rack.reo_deadline = None;
+            if live && self.rack_active() {
+                // RFC 8985 §6.3: RACK_detect_loss_and_arm_timer().
+                self.rack_detect(now);
+            }
+        }
+        if self.rack.pto_deadline.is_some_and(|t| now >= t) {
+            self.rack.pto_deadline = None;
+            if live
+                && self.tlp_active()
+                && self.recovery == Recovery::Open
+                && self.rack.tlp_end_seq.is_none()
+            {
+                self.rack.tlp_pending = true;
+                // The probe replaces an RTO due now (§7.2); output rearms it (§7.3).
+                self.rtx_deadline = Some(self.rtx_due(now));
+            }
+        }
+    }
+
+    /// RFC 8985 §7.3: the loss probe to send now, as (seq, data length, FIN, is a
+    /// retransmission). New data if any is available and the peer's window allows it
+    /// (the congestion window does not apply), else the last segment again. Arms the
+    /// RTO, not another PTO.
+    pub(super) fn plan_tlp(&mut self, now: Instant) -> Option<(SeqNum, u32, bool, bool)> {
+        if !core::mem::take(&mut self.rack.tlp_pending) {
+            return None;
+        }
+        if self.snd_una == self.snd_nxt || self.recovery != Recovery::Open {
+            return None;
+        }
+        let mss = self.mss();
+        let data_end = self.snd_buf_seq + self.snd_buf.len() as u32;
+        let unsent = if data_end > self.snd_nxt {
+            data_end.since(self.snd_nxt)
+        } else {
+            0
+        };
+        let wnd_avail = (self.snd_una + self.snd_wnd).since(self.snd_nxt);
+        let fin_seq = data_end;
+        let fin_sent = self.fin_queued && self.snd_nxt > fin_seq;
+        let plan = if unsent > 0 && wnd_avail > 0 && self.snd_wnd > 0 {
+            let len = unsent.min(mss).min(wnd_avail);
+            let fin = self.fin_queued && len == unsent;
+            self.rack.tlp_is_retrans = false;
+            self.rack.tlp_end_seq = Some(self.snd_nxt + len + u32::from(fin));
+            (self.snd_nxt, len, fin, false)
+        } else {
+            let (seq, span) = self.rack.last_segment(mss).unwrap_or_else(|| {
+                let span = self.snd_nxt.since(self.snd_una).min(mss);
+                (self.snd_nxt - span, span)
+            });
+            let end = seq + span;
+            let data_len = if seq < data_end {
+                data_end.since(seq).min(span)
+            } else {
+                0
+            };
+            let fin = fin_sent && end > fin_seq;
+            if data_len == 0 && !fin {
+                return None;
+            }
+            if let Some((tend, _)) = self.rtt_timed {
+                if tend > seq {
+                    self.rtt_timed = None;
+                }
+            }
+            self.stats.retrans_segs += 1;
+            self.stats.retrans_bytes += u64::from(data_len);
+            self.rack.tlp_is_retrans = true;
+            self.rack.tlp_end_seq = Some(self.snd_nxt);
+            self.rack.tlp_range = (seq, seq + data_len + u32::from(fin));
+            (seq, data_len, fin, true)
+        };
+        self.stats.tlp_probes += 1;
+        self.rack.pto_deadline = None;
+        // RFC 8985 §7.3: after the probe, the RTO (from now) guards the connection.
+        self.rtx_deadline = Some(self.rtx_due(now));
+        Some(plan)
+    }
+
+    /// RFC 8985 §7.4.2: did the episode's probe repair a loss? A new-data probe ends the
+    /// episode quietly once acknowledged; a retransmitted probe reported by a DSACK was
+    /// not needed; an ACK beyond the episode without such a DSACK means the probe
+    /// repaired a loss: congestion control reduces once (enter and leave recovery).
+    fn tlp_on_ack(&mut self, now: Instant, ack: SeqNum, dsack: Option<(SeqNum, SeqNum)>) {
+        let Some(end) = self.rack.tlp_end_seq else {
+            return;
+        };
+        let (ps, pe) = self.rack.tlp_range;
+        if self.rack.tlp_is_retrans && dsack.is_some_and(|(l, r)| l >= ps && r <= pe && r > l) {
+            // The probe was a duplicate: the original arrived, no loss.
+            self.rack.tlp_end_seq = None;
+            return;
+        }
+        if ack < end {
+            return;
+        }
+        if !self.rack.tlp_is_retrans {
+            self.rack.tlp_end_seq = None;
+            return;
+        }
+        if ack > end {
+            self.rack.tlp_end_seq = None;
+            self.stats.tlp_recoveries += 1;
+            let flight = self.in_flight();
+            self.cc.on_congestion_event(now, flight);
+            self.cc.on_recovery_exit(now);
+        }
+    }
+
+    /// A retransmission timeout (RFC 8985 §6.3, §7): every outstanding segment is lost,
+    /// the probe episode and both RACK timers end.
+    pub(super) fn rack_on_rto(&mut self) {
+        self.rack.mark_all_lost();
+        self.rack.undo = None;
+        self.rack.pto_deadline = None;
+        self.rack.tlp_pending = false;
+        self.rack.tlp_end_seq = None;
+    }
+
+    /// RACK-TLP's view of the connection: (segments deemed lost, reordering degree,
+    /// reordering seen).
+    pub fn rack_info(&self) -> (u32, u32, bool) {
+        (
+            self.rack.lost_segments(),
+            self.rack.reordering().max(self.set.dupthresh),
+            self.rack.reordering_seen(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSS: u32 = 1000;
+
+    fn t(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    fn s(n: u32) -> SeqNum {
+        SeqNum(n)
+    }
+
+    /// `n` segments of MSS from 1, all sent at `at`.
+    fn flight(n: u32, at: Instant) -> Rack {
+        let mut r = Rack::new();
+        for i in 0..n {
+            r.on_send(s(1 + i * MSS), s(1 + (i + 1) * MSS), at);
+        }
+        r
+    }
+
+    fn sacked(blocks: &[(u32, u32)], una: u32, nxt: u32) -> Scoreboard {
+        let mut sb = Scoreboard::new(64);
+        let b: Vec<_> = blocks.iter().map(|&(a, e)| (s(a), s(e))).collect();
+        sb.update(s(una), s(nxt), &b);
+        sb
+    }
+
+    const RTT: Option<Duration> = Some(Duration::from_millis(100));
+
+    #[test]
+    fn sent_after_orders_by_time_then_sequence() {
+        assert!(sent_after(t(2), s(1), t(1), s(5)));
+        assert!(sent_after(t(1), s(6), t(1), s(5)));
+        assert!(!sent_after(t(1), s(5), t(1), s(5)));
+        assert!(!sent_after(t(0), s(9), t(1), s(5)));
+    }
+
+    #[test]
+    fn sack_of_last_segment_arms_reorder_timer_then_marks_lost() {
+        // Four segments at 0; the last SACKed at 100 ms (RACK.rtt = 100 ms).
+        let mut r = flight(4, t(0));
+        let sb = sacked(&[(3001, 4001)], 1, 4001);
+        assert_eq!(r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3), 1);
+        assert_eq!(r.sacked_segments(), 1);
+        // One segment SACKed, no reordering yet: reo_wnd = min_rtt / 4.
+        let reo = r.reo_wnd(false, 3, RTT, RTT);
+        assert_eq!(reo, Duration::from_millis(25));
+        let (n, timer) = r.detect_loss(t(100), reo);
+        assert_eq!(n, 0);
+        assert_eq!(timer, Some(Duration::from_millis(25)));
+        // The reorder timer fires: the three earlier segments are lost.
+        let (n, timer) = r.detect_loss(t(125), reo);
+        assert_eq!((n, timer), (3, None));
+        assert_eq!(r.lost_segments(), 3);
+        assert_eq!(r.next_lost(MSS), Some((s(1), MSS)));
+        // Pipe: nothing in flight but... 4 outstanding - 1 SACKed - 3 lost.
+        assert_eq!(r.pipe(), 0);
+        r.on_retransmit(s(1), s(1001), t(126));
+        assert_eq!(r.pipe(), 1000);
+        assert_eq!(r.next_lost(MSS), Some((s(1001), MSS)));
+    }
+
+    #[test]
+    fn partly_sacked_segment_is_not_delivered() {
+        let mut r = flight(4, t(0));
+        let sb = sacked(&[(4000, 4001)], 1, 4001);
+        assert_eq!(r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3), 0);
+        assert_eq!(r.detect_loss(t(500), Duration::ZERO), (0, None));
+    }
+
+    #[test]
+    fn reo_wnd_is_zero_without_reordering_once_dupthresh_segments_are_sacked() {
+        let mut r = flight(6, t(0));
+        let sb = sacked(&[(3001, 6001)], 1, 6001);
+        r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3);
+        assert_eq!(r.reo_wnd(false, 3, RTT, RTT), Duration::ZERO);
+        assert_eq!(r.reo_wnd(true, 10, RTT, RTT), Duration::ZERO);
+        // Segments sent at the same time but lower are lost at once.
+        assert_eq!(r.detect_loss(t(100), Duration::ZERO).0, 3);
+    }
+
+    #[test]
+    fn reordering_is_detected_and_widens_nothing_until_dsack() {
+        let mut r = flight(10, t(0));
+        let sb = sacked(&[(7001, 8001)], 1, 10001);
+        r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3);
+        assert!(!r.reordering_seen());
+        // 3001:4001 delivered after 7001:8001, never retransmitted: reordering.
+        let sb = sacked(&[(3001, 4001), (7001, 8001)], 1, 10001);
+        r.update_delivered(t(102), s(1), &sb, RTT, MSS, 3);
+        assert!(r.reordering_seen());
+        assert_eq!(r.reordering(), 5);
+        // Reordering seen: the window stays min_rtt/4 even in recovery.
+        assert_eq!(r.reo_wnd(true, 3, RTT, RTT), Duration::from_millis(25));
+    }
+
+    #[test]
+    fn dsack_grows_the_window_once_per_round_and_persists_16_recoveries() {
+        let mut r = flight(4, t(0));
+        r.reordering_seen = true;
+        r.on_retransmit(s(1), s(1001), t(50));
+        assert!(
+            r.on_dsack((s(1), s(1001)), s(4001)),
+            "spurious retransmission"
+        );
+        assert_eq!(r.reo_wnd_mult(), 2);
+        // Same round: no further growth, and the range is reported once.
+        assert!(!r.on_dsack((s(1), s(1001)), s(4001)));
+        assert_eq!(r.reo_wnd_mult(), 2);
+        assert_eq!(r.reo_wnd(false, 3, RTT, RTT), Duration::from_millis(50));
+        // Capped by SRTT.
+        assert_eq!(
+            r.reo_wnd(false, 3, RTT, Some(Duration::from_millis(30))),
+            Duration::from_millis(30)
+        );
+        r.end_dsack_round(s(4001));
+        r.on_dsack((s(2001), s(3001)), s(4001));
+        assert_eq!(r.reo_wnd_mult(), 3);
+        for _ in 0..15 {
+            r.on_recovery_end();
+            assert_eq!(r.reo_wnd_mult(), 3);
+        }
+        r.on_recovery_end();
+        assert_eq!(r.reo_wnd_mult(), 1);
+    }
+
+    #[test]
+    fn ambiguous_retransmission_does_not_update_rack_rtt() {
+        let mut r = flight(2, t(0));
+        r.on_retransmit(s(1), s(1001), t(150));
+        // Acked 10 ms after the retransmission: below min_rtt, so it was the original.
+        let sb = Scoreboard::new(4);
+        r.update_delivered(t(160), s(1001), &sb, RTT, MSS, 3);
+        assert_eq!(r.xmit_ts, None);
+        // The second segment is delivered unambiguously.
+        r.update_delivered(t(170), s(2001), &sb, RTT, MSS, 3);
+        assert_eq!(r.xmit_ts, Some(t(0)));
+        assert_eq!(r.rtt, Duration::from_millis(170));
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn lost_retransmission_is_detected() {
+        let mut r = flight(3, t(0));
+        r.mark_all_lost();
+        r.on_retransmit(s(1), s(1001), t(300));
+        r.on_retransmit(s(1001), s(2001), t(310));
+        // The second retransmission is delivered (SACKed) at 410: the first is lost again.
+        let sb = sacked(&[(1001, 2001)], 1, 3001);
+        r.update_delivered(t(410), s(1), &sb, RTT, MSS, 3);
+        let (n, _) = r.detect_loss(t(410), Duration::ZERO);
+        assert_eq!(n, 1);
+        assert_eq!(r.next_lost(MSS), Some((s(1), MSS)));
+    }
+
+    #[test]
+    fn retransmission_splits_records() {
+        let mut r = Rack::new();
+        r.on_send(s(1), s(3001), t(0));
+        r.mark_all_lost();
+        assert_eq!(r.next_lost(1000), Some((s(1), 1000)));
+        r.on_retransmit(s(1), s(1001), t(10));
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.next_lost(1000), Some((s(1001), 1000)));
+        assert_eq!(r.pipe(), 1000);
+    }
+
+    #[test]
+    fn records_are_bounded() {
+        let mut r = Rack::new();
+        for i in 0..(MAX_SEGS as u32 + 100) {
+            r.on_send(s(1 + i * 10), s(11 + i * 10), t(u64::from(i)));
+        }
+        assert_eq!(r.len(), MAX_SEGS);
+        assert_eq!(
+            r.last_segment(u32::MAX).map(|x| x.0 + x.1),
+            Some(s(11 + (MAX_SEGS as u32 + 99) * 10))
+        );
+        // Retransmissions split at most up to twice the bound.
+        for i in 0..(3 * MAX_SEGS as u32) {
+            r.on_retransmit(s(1 + i * 3), s(2 + i * 3), t(1_000_000));
+        }
+        assert!(r.len() <= 2 * MAX_SEGS);
+    }
+}

@@ -1,0 +1,293 @@
+//! RACK-TLP (RFC 8985) scripted against one `Tcb` (the test plays the peer) and over a
+//! `Pair` with a lossy path: the reorder timer, reordering tolerance, the tail loss probe
+//! (its timing, its choice of segment, one probe per episode, the loss it repairs) and the
+//! tunables that switch them off.
+mod common;
+use common::*;
+
+use ember_core::tcp::TcpSettings;
+use ember_core::wire::TcpOptions;
+use std::time::Duration;
+
+const MSS: u32 = 1460;
+const BASE: u32 = CLIENT_ISS + 1;
+const RTT: Duration = Duration::from_millis(100);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn m(k: u32) -> u32 {
+    k * MSS
+}
+
+/// MSS 1460, SACK, no timestamps, window 65535, a handshake RTT sample of 100 ms.
+fn sacky(s: TcpSettings) -> (One, Peer) {
+    let mut o = TcpOptions::default();
+    o.mss = Some(MSS as u16);
+    o.sack_permitted = true;
+    One::established_after(s, o, 65535, RTT)
+}
+
+fn sack_to(o: &mut One, p: &mut Peer, off: u32, blocks: &[(u32, u32)]) {
+    p.ack = BASE + off;
+    let b: Vec<(u32, u32)> = blocks.iter().map(|&(l, r)| (BASE + l, BASE + r)).collect();
+    let seg = p.sack(&b);
+    o.input(&seg, &[]);
+}
+
+/// (offset from BASE, length) of the data segments sent since the last call.
+fn sent(o: &mut One) -> Vec<(u32, usize)> {
+    o.take_all()
+        .iter()
+        .filter(|s| !s.data.is_empty() || s.flags().fin())
+        .map(|s| (s.seq().wrapping_sub(BASE), s.len()))
+        .collect()
+}
+
+/// `k` segments written and sent at once.
+fn send_segments(o: &mut One, k: u32) {
+    let n = o.write(&pattern(m(k) as usize));
+    assert_eq!(n, m(k) as usize);
+    assert_eq!(sent(o).len(), k as usize);
+}
+
+/// RFC 8985 §6.2, §6.3: a SACK for the last of four segments does not start recovery at
+/// once: the reorder timer (min_RTT / 4) fires first, then the three are lost and the first
+/// is retransmitted.
+#[test]
+fn reorder_timer_marks_losses_after_the_reordering_window() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, 0, &[(m(3), m(4))]);
+    assert!(sent(&mut o).is_empty(), "no fast retransmit on one SACK");
+    // The next deadline is the reorder timer, a quarter of the minimum RTT away.
+    let d = o.next_timer().expect("reorder timer");
+    assert_eq!(d, ms(25));
+    // The first lost segment goes first; how many follow is congestion control's call.
+    let r = sent(&mut o);
+    assert_eq!(r.first(), Some(&(0, MSS as usize)), "{r:?}");
+    assert!(r.iter().all(|&(off, _)| off < m(3)), "{r:?}");
+    let st = o.tcb.stats();
+    assert_eq!(st.rack_losses, 3);
+    assert_eq!(st.recoveries, 1);
+    assert_eq!(o.tcb.rack_info().0, 3, "three segments deemed lost");
+}
+
+/// RFC 8985 §6.2 step 3: the hole filled by its original before the reorder timer fires is
+/// reordering, not loss: nothing is retransmitted and reordering is recorded.
+#[test]
+fn reordering_within_the_window_is_not_loss() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, 0, &[(m(3), m(4))]);
+    o.advance(ms(10));
+    sack_to(&mut o, &mut p, m(4), &[]);
+    o.advance(ms(100));
+    assert!(sent(&mut o).is_empty());
+    let st = o.tcb.stats();
+    assert_eq!((st.rack_losses, st.recoveries, st.retrans_segs), (0, 0, 0));
+    let (lost, reordering, seen) = o.tcb.rack_info();
+    assert_eq!(lost, 0);
+    assert!(seen);
+    assert!(reordering >= 3);
+}
+
+/// With RACK off, DupThresh rules apply: one SACKed segment above a hole is not enough,
+/// and no reorder timer runs; the tail waits for the probe or the RTO.
+#[test]
+fn rack_off_keeps_dupthresh() {
+    let (mut o, mut p) = sacky(settings(|s| {
+        s.rack = false;
+        s.tlp = false
+    }));
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, 0, &[(m(3), m(4))]);
+    assert!(sent(&mut o).is_empty());
+    // Only the RTO is left (it was armed at the send, RTT + 4 * RTT/2 = 300 ms).
+    let d = o.next_timer().expect("RTO");
+    assert_eq!(d, ms(200));
+    assert_eq!(o.tcb.stats().timeouts, 1);
+}
+
+/// RFC 8985 §7.2, §7.3: with no ACK for the tail, the probe goes out 2 SRTT after the last
+/// ACK of new data, before the RTO, and retransmits the last segment (no new data); the
+/// RTO is re-armed from the probe, and no second probe follows (§7.4: one per episode).
+#[test]
+fn tail_loss_probe_retransmits_the_last_segment_once() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 5);
+    o.advance(RTT);
+    // The first three arrive; the last two are lost.
+    sack_to(&mut o, &mut p, m(3), &[]);
+    assert!(sent(&mut o).is_empty());
+    let srtt = o.tcb.info().srtt.expect("srtt");
+    let d = o.next_timer().expect("PTO");
+    assert_eq!(d, srtt * 2);
+    assert_eq!(sent(&mut o), vec![(m(4), MSS as usize)]);
+    assert_eq!(o.tcb.stats().tlp_probes, 1);
+    assert_eq!(o.tcb.stats().timeouts, 0);
+    // The next timer is the RTO, from the probe; no second probe.
+    let rto = o.tcb.info().rto;
+    let d = o.next_timer().expect("RTO");
+    assert_eq!(d, rto);
+    assert_eq!(o.tcb.stats().tlp_probes, 1);
+    assert_eq!(o.tcb.stats().timeouts, 1);
+}
+
+/// RFC 8985 §7.3: with unsent data the receive window allows, the probe sends one new
+/// segment (even beyond the congestion window).
+#[test]
+fn tail_loss_probe_prefers_new_data() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    // Fill the initial window (10 segments) and queue two more.
+    let n = o.write(&pattern(m(12) as usize));
+    assert_eq!(n, m(12) as usize);
+    assert_eq!(sent(&mut o).len(), 10);
+    o.advance(RTT);
+    // Nothing is acknowledged: the PTO, 2 SRTT after the sends, fires.
+    let _ = &mut p;
+    let d = o.next_timer().expect("PTO");
+    assert_eq!(d, o.tcb.info().srtt.unwrap() * 2 - RTT);
+    assert_eq!(sent(&mut o), vec![(m(10), MSS as usize)]);
+    assert_eq!(o.tcb.stats().tlp_probes, 1);
+    assert_eq!(o.tcb.stats().retrans_segs, 0);
+}
+
+/// RFC 8985 §7.2: one segment in flight adds the worst-case delayed-ACK time to the PTO,
+/// which is then capped by the RTO: the probe goes out at the RTO's time, in its place.
+#[test]
+fn pto_with_one_segment_in_flight_is_capped_by_the_rto() {
+    let (mut o, _p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 1);
+    let rto = o.tcb.info().rto;
+    // 2 * 100 ms + 200 ms > RTO (300 ms): the probe comes at the RTO time.
+    let d = o.next_timer().expect("PTO");
+    assert_eq!(d, rto);
+    assert_eq!(sent(&mut o), vec![(0, MSS as usize)]);
+    let st = o.tcb.stats();
+    assert_eq!((st.tlp_probes, st.timeouts), (1, 0));
+}
+
+/// RFC 8985 §7.4: a probe that repaired a loss (no D-SACK for it before data beyond the
+/// episode is acknowledged) reduces the congestion window once.
+#[test]
+fn tlp_repairing_a_loss_reduces_cwnd_once() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(3), &[]);
+    o.next_timer().expect("PTO");
+    assert_eq!(sent(&mut o), vec![(m(3), MSS as usize)]);
+    o.advance(RTT);
+    // The probe repaired the tail: everything acknowledged, no D-SACK.
+    sack_to(&mut o, &mut p, m(4), &[]);
+    let before = o.tcb.info().cwnd;
+    send_segments(&mut o, 1);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(5), &[]);
+    let st = o.tcb.stats();
+    assert_eq!((st.tlp_recoveries, st.timeouts), (1, 0));
+    assert!(o.tcb.info().cwnd < before, "cwnd reduced");
+}
+
+/// RFC 8985 §7.4 with RFC 2883: a D-SACK for the probe shows the original arrived: no
+/// loss, no reduction; the retransmission is counted as spurious (RFC 3708).
+#[test]
+fn dsacked_probe_is_not_a_loss() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(3), &[]);
+    o.next_timer().expect("PTO");
+    assert_eq!(sent(&mut o), vec![(m(3), MSS as usize)]);
+    // The original arrived late; then the probe, reported as a duplicate.
+    sack_to(&mut o, &mut p, m(4), &[]);
+    sack_to(&mut o, &mut p, m(4), &[(m(3), m(4))]);
+    let cwnd = o.tcb.info().cwnd;
+    send_segments(&mut o, 1);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(5), &[]);
+    let st = o.tcb.stats();
+    assert_eq!(st.tlp_recoveries, 0);
+    assert_eq!(st.spurious_rtx, 1);
+    assert!(o.tcb.info().cwnd >= cwnd);
+}
+
+/// TLP off: the tail waits for the RTO.
+#[test]
+fn tlp_off_waits_for_the_rto() {
+    let (mut o, mut p) = sacky(settings(|s| s.tlp = false));
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(3), &[]);
+    o.next_timer().expect("RTO");
+    assert_eq!(sent(&mut o), vec![(m(3), MSS as usize)]);
+    let st = o.tcb.stats();
+    assert_eq!((st.tlp_probes, st.timeouts), (0, 1));
+}
+
+/// Over a path that drops the last data segment once: TLP repairs the tail without an RTO,
+/// and every byte arrives.
+#[test]
+fn pair_tail_loss_repaired_without_rto() {
+    let mut pair = Pair::new(
+        TcpSettings::default(),
+        TcpSettings::default(),
+        Duration::from_millis(20),
+    );
+    pair.run_for(ms(200));
+    let data = pattern(20 * 1000);
+    let end = CLIENT_ISS + 1 + data.len() as u32;
+    let mut dropped = false;
+    pair.filter = Box::new(move |_, dir, s| {
+        if dir == Dir::AtoB && !dropped && s.seq().wrapping_add(s.len() as u32) == end {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    let n = pair.a.send(pair.now, &data).expect("send");
+    assert_eq!(n, data.len());
+    pair.run_for(ms(600));
+    let got = pair.read_b();
+    assert_eq!(got, data);
+    let st = pair.a.stats();
+    assert_eq!(st.timeouts, 0, "{st:?}");
+    assert_eq!(st.tlp_probes, 1, "{st:?}");
+    assert_eq!(st.retrans_segs, 1, "{st:?}");
+}
+
+/// RFC 3708 detection with an Eifel-style response (RFC 4015 §3): when D-SACKs show that
+/// every retransmission of a RACK recovery was spurious, the congestion state from before
+/// the recovery comes back, and the reordering makes RACK wait from then on.
+#[test]
+fn spurious_rack_recovery_is_undone() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    let before = o.tcb.info();
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, 0, &[(m(3), m(4))]);
+    o.next_timer().expect("reorder timer");
+    let rtx = sent(&mut o);
+    assert!(!rtx.is_empty());
+    assert!(o.tcb.info().ssthresh < before.ssthresh, "recovery reduced");
+    // The originals were only late: everything is acknowledged, then each retransmission
+    // is reported as a duplicate.
+    sack_to(&mut o, &mut p, m(4), &[]);
+    assert!(!o.tcb.info().in_recovery);
+    for (i, &(off, len)) in rtx.iter().enumerate() {
+        assert!(
+            o.tcb.info().ssthresh < before.ssthresh,
+            "not yet undone ({i})"
+        );
+        sack_to(&mut o, &mut p, m(4), &[(off, off + len as u32)]);
+    }
+    let after = o.tcb.info();
+    assert_eq!(after.stats.spurious_rtx, rtx.len() as u64);
+    assert_eq!((after.cwnd, after.ssthresh), (before.cwnd, before.ssthresh));
+    assert!(o.tcb.rack_info().2, "reordering recorded");
+}
