@@ -58,9 +58,8 @@
 //!   SHUT_RDWR also mark the socket so a read with nothing buffered returns 0 instead
 //!   of blocking), `ioctl` (SIOCINQ/FIONREAD: bytes readable; SIOCOUTQ: bytes written
 //!   and not acknowledged; SIOCOUTQNSD: bytes not yet sent; EINVAL on a listener),
-//!   `poll`, `epoll_create`/`epoll_create1`/`epoll_ctl`/`epoll_wait`. MSG_MORE corks
-//!   the connection (ember's TCP_CORK) until a send without it, which uncorks after
-//!   queueing its data unless TCP_CORK is set. A `NULL` buffer is answered by the
+//!   `poll`, `epoll_create`/`epoll_create1`/`epoll_ctl`/`epoll_wait`. MSG_MORE is
+//!   ember's `Tcb::set_more` (Linux's semantics) until a send without it. A `NULL` buffer is answered by the
 //!   syscall layer without calling ember: EFAULT for a write of one byte or more on a
 //!   connected socket, and for a read when data is there to copy (with nothing to
 //!   read, EAGAIN when non-blocking; blocking is Unsupported). `socket()` and
@@ -1904,19 +1903,19 @@ impl Runner {
         }
     }
 
-    /// MSG_MORE on a send: cork the connection for this call and the next ones with it.
+    /// MSG_MORE on a send: ember's `set_more` for this call and the next ones with it.
     fn begin_more(&mut self, fd: i64) {
         let now = self.now;
         if let Some(s) = self.socks.get_mut(&fd) {
             if let SockKind::Conn(id) = s.kind {
                 s.more = true;
-                let _ = self.host.tcp_with(now, id, |t| t.set_cork(now, true));
+                let _ = self.host.tcp_with(now, id, |t| t.set_more(now, true));
             }
         }
     }
 
-    /// A send without MSG_MORE after one with it: uncork (unless TCP_CORK is set), so
-    /// what was held goes out with this call's data.
+    /// A send without MSG_MORE after one with it: what was held goes out with this
+    /// call's data.
     fn end_more(&mut self, fd: i64) {
         let now = self.now;
         if let Some(s) = self.socks.get_mut(&fd) {
@@ -1924,12 +1923,8 @@ impl Runner {
                 return;
             }
             s.more = false;
-            let corked = s.opts.iter().rev().find_map(|o| match o {
-                SockOpt::Cork(b) => Some(*b),
-                _ => None,
-            });
-            if let (SockKind::Conn(id), false) = (s.kind, corked.unwrap_or(false)) {
-                let _ = self.host.tcp_with(now, id, |t| t.set_cork(now, false));
+            if let SockKind::Conn(id) = s.kind {
+                let _ = self.host.tcp_with(now, id, |t| t.set_more(now, false));
             }
         }
     }

@@ -1014,6 +1014,75 @@ fn cork_sends_full_segments() {
     assert_eq!(spans(&o.take_all()), vec![(m(2), 500)]);
 }
 
+/// Setting TCP_NODELAY is an explicit push (Linux): what a cork holds leaves at once,
+/// and the cork stays for later writes.
+#[test]
+fn nodelay_pushes_corked_data_once() {
+    let (mut o, _p) = plain(settings(|_| {}));
+    let now = o.now;
+    o.tcb.set_cork(now, true);
+    o.write(&pattern(80));
+    assert!(o.sent.is_empty(), "corked");
+    o.tcb.set_nodelay(true);
+    o.flush();
+    let out = o.take_all();
+    assert_eq!(spans(&out), vec![(0, 80)]);
+    assert!(data_of(&out)[0].flags().psh());
+    o.write(&pattern(40));
+    assert!(o.sent.is_empty(), "still corked for the next write");
+}
+
+/// MSG_MORE (Linux): the partial segment is held, even with TCP_NODELAY; a write
+/// without it releases everything with PSH; an ACK of new data releases what is held
+/// without PSH; the cork timer releases it with PSH.
+#[test]
+fn msg_more_holds_until_a_write_without_it_an_ack_or_the_timer() {
+    let (mut o, mut p) = plain(settings(|_| {}));
+    o.tcb.set_nodelay(true);
+    let now = o.now;
+    o.tcb.set_more(now, true);
+    o.write(&pattern(100));
+    o.write(&pattern(60));
+    assert!(o.sent.is_empty(), "held despite TCP_NODELAY");
+    o.write(&pattern(5));
+    let now = o.now;
+    o.tcb.set_more(now, false);
+    o.flush();
+    let out = o.take_all();
+    assert_eq!(spans(&out), vec![(0, 165)]);
+    assert!(
+        data_of(&out)[0].flags().psh(),
+        "the write without MSG_MORE pushes"
+    );
+    ack_to(&mut o, &mut p, 165);
+    o.take_all();
+
+    // A full segment leaves; the rest waits for the ACK and then goes without PSH.
+    let now = o.now;
+    o.tcb.set_more(now, true);
+    o.write(&pattern(M + 150));
+    assert_eq!(spans(&o.take_all()), vec![(165, M)]);
+    ack_to(&mut o, &mut p, 165 + MSS);
+    let out = o.take_all();
+    assert_eq!(spans(&out), vec![(165 + MSS, 150)]);
+    assert!(!data_of(&out)[0].flags().psh(), "no PSH on MSG_MORE data");
+    ack_to(&mut o, &mut p, 165 + MSS + 150);
+    o.take_all();
+
+    // Nothing in flight, nothing else written: the cork interval releases it, pushed.
+    let now = o.now;
+    o.tcb.set_more(now, true);
+    o.write(&pattern(40));
+    assert!(o.sent.is_empty());
+    o.advance(ms(200));
+    let out = o.take_all();
+    assert_eq!(spans(&out), vec![(165 + MSS + 150, 40)]);
+    assert!(
+        data_of(&out)[0].flags().psh(),
+        "the timer's release is a push"
+    );
+}
+
 // =======================================================================================
 // FIN is never held (RFC 9293 §3.10.4).
 // =======================================================================================

@@ -1290,6 +1290,25 @@ fn ack_above_snd_nxt_does_not_take_ts_recent() {
     assert_eq!(o.read_all(), b"hello");
 }
 
+/// RFC 7323 §3.2 allows TSopt on a RST; like Linux, ember's own aborts carry it, TSval
+/// from the clock now and TSecr = TS.Recent (packetdrill's ts_recent/reset_tsval.pkt).
+#[test]
+fn abort_rst_carries_timestamps() {
+    let (mut o, mut p) = est_full();
+    p.tsval = Some(6000);
+    peer_data(&mut o, &mut p, b"unread");
+    o.take_all();
+    o.advance(Duration::from_secs(1));
+    let now = o.now;
+    o.tcb.abort(now);
+    o.flush();
+    let r = o.pop();
+    assert!(r.flags().rst());
+    let (val, ecr) = r.repr.options.timestamps.expect("TSopt on the RST");
+    assert_eq!(ecr, 6000, "TSecr = TS.Recent");
+    assert!(val >= 1000, "TSval from the clock one second on: {val}");
+}
+
 /// RFC 7323 §3.2: once negotiated, every non-RST segment carries TSopt, TSval from our
 /// clock (1 ms ticks) and TSecr = TS.Recent.
 #[test]

@@ -423,6 +423,8 @@ impl Tcb {
         }
 
         if acked > 0 {
+            // A transmit opportunity outside the write: MSG_MORE's hold ends here.
+            self.more = false;
             let delivered = acked.saturating_sub(delivered_before);
             self.on_new_ack(now, seg, ack, (acked, delivered), prior_in_flight);
         } else if ack == self.snd_una && self.snd_una != self.snd_nxt {

@@ -40,12 +40,18 @@ impl Tcb {
         }
         if self.rst_pending {
             self.rst_pending = false;
+            let ts = self.ts_ok.then(|| (self.ts_now(now), self.ts_recent));
             self.stats.rsts_out += 1;
             let seq = self.snd_nxt;
             let ack = self.rcv_nxt;
             self.enter_closed();
             self.events.insert(super::Events::ERROR);
-            return Some(self.build_rst(seq, Some(ack)));
+            let mut rst = self.build_rst(seq, Some(ack));
+            if ts.is_some() {
+                // RFC 7323 §3.2 allows TSopt on a RST; Linux sends it on its aborts.
+                rst.repr.options.timestamps = ts;
+            }
+            return Some(rst);
         }
         if self.fused {
             // Fused (see `fusion.rs`): nothing but a RST ever leaves; a queued FIN waits
@@ -344,7 +350,9 @@ impl Tcb {
             }
         } else if len < mss && len == unsent && !fin_pending {
             // Everything buffered fits in one small segment: Nagle and cork.
-            let corked = self.cork && self.cork_deadline.is_some_and(|d| now < d);
+            let corked = (self.cork || self.more)
+                && self.cork_deadline.is_some_and(|d| now < d)
+                && !self.push_once;
             if corked {
                 return None;
             }
@@ -357,8 +365,15 @@ impl Tcb {
         if len == 0 && !fin {
             return None;
         }
-        if self.cork && len == unsent {
+        if (self.cork || self.more) && len == unsent {
+            if self.cork_deadline.is_some_and(|d| now >= d) {
+                // Released by the cork timer: a push (see `on_timeout`).
+                self.nopush_end = None;
+            }
             self.cork_deadline = None;
+        }
+        if len == unsent {
+            self.push_once = false;
         }
         self.probe_pending = self.probe_pending && !force;
         Some((self.snd_nxt, len, fin))
@@ -531,8 +546,9 @@ impl Tcb {
         if fin {
             flags |= TcpFlags::FIN;
         }
-        if len > 0 && seq + len == self.data_end() {
-            // RFC 1122 §4.2.2.2: PSH on the last buffered segment.
+        if len > 0 && seq + len == self.data_end() && self.nopush_end != Some(seq + len) {
+            // RFC 1122 §4.2.2.2: PSH on the last buffered segment (not on the end of a
+            // write that said MSG_MORE: more is coming).
             flags |= TcpFlags::PSH;
         }
         if kind == Kind::Data && len > 0 {

@@ -300,6 +300,12 @@ pub struct Tcb {
     // Application-side state.
     pub(super) nodelay: bool,
     pub(super) cork: bool,
+    /// An explicit push (TCP_NODELAY set): the data buffered now leaves despite the cork.
+    pub(super) push_once: bool,
+    /// MSG_MORE on the last write: its partial segment is held (see [`Tcb::set_more`]).
+    pub(super) more: bool,
+    /// The end of data written with MSG_MORE: the segment ending there carries no PSH.
+    pub(super) nopush_end: Option<SeqNum>,
     pub(super) keepalive: bool,
     pub(super) user_timeout: Option<Duration>,
     /// close() was called: no further reads; data arriving is answered with RST.
@@ -449,6 +455,9 @@ impl Tcb {
             syn_retransmitted: false,
             nodelay: false,
             cork: false,
+            push_once: false,
+            more: false,
+            nopush_end: None,
             keepalive: false,
             user_timeout: None,
             app_closed: false,
@@ -621,9 +630,12 @@ impl Tcb {
         if urgent {
             self.snd_up = Some(self.snd_buf_seq + self.snd_buf.len() as u32);
         }
-        if self.cork && self.cork_deadline.is_none() {
+        if (self.cork || self.more) && self.cork_deadline.is_none() {
             self.cork_deadline = Some(now + self.set.cork_interval);
         }
+        self.nopush_end = self
+            .more
+            .then(|| self.snd_buf_seq + self.snd_buf.len() as u32);
         Ok(n)
     }
 
@@ -860,9 +872,33 @@ impl Tcb {
         self.enter_closed();
     }
 
-    /// TCP_NODELAY: disable Nagle (RFC 896).
+    /// TCP_NODELAY: disable Nagle (RFC 896). Turning it on also pushes what is buffered
+    /// now, even while corked (Linux semantics: setting TCP_NODELAY is an explicit push;
+    /// the cork stays for later writes).
     pub fn set_nodelay(&mut self, on: bool) {
         self.nodelay = on;
+        if on && self.send_unsent() > 0 {
+            self.push_once = true;
+        }
+    }
+
+    /// MSG_MORE (Linux semantics) for the writes that follow while `on`: the partial
+    /// segment they leave is held like a corked one, until a write without MSG_MORE, the
+    /// next acknowledgment of new data (the next transmit opportunity outside the write
+    /// itself, where Nagle's rule applies again), an explicit push, or
+    /// `tcp_cork_interval`; the segment ending such a write carries no PSH.
+    pub fn set_more(&mut self, now: Instant, on: bool) {
+        self.more = on;
+        if on && self.send_unsent() > 0 && self.cork_deadline.is_none() {
+            self.cork_deadline = Some(now + self.set.cork_interval);
+        }
+        if !on {
+            // The writer's data is complete: its end is a push point again.
+            self.nopush_end = None;
+            if !self.cork {
+                self.cork_deadline = None;
+            }
+        }
     }
 
     /// TCP_CORK (Linux semantics): while on, partial segments wait until the cork is

@@ -61,8 +61,10 @@ impl Tcb {
             self.stats.acks_delayed += 1;
         }
         if self.cork_deadline.is_some_and(|t| now >= t) {
-            // The cork limit passed: output sends the held partial segment.
+            // The cork limit passed: output sends the held partial segment, pushed
+            // (Linux's probe path marks PSH, MSG_MORE or not).
             self.cork_deadline = None;
+            self.nopush_end = None;
         }
         // RFC 8985 §6.3 reorder timer and §7.2 probe timeout (`rack.rs`); a probe due
         // with the RTO goes first and rearms it.
