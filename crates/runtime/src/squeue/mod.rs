@@ -619,8 +619,10 @@ impl<P: Perimeter> Squeue<P> {
         };
         q.deadline = next;
         // A kick that arrived while we owned the squeue (a device has frames) is the
-        // worker's to service.
-        if (handoff || !q.items.is_empty() || earlier || q.kicked) && q.parked {
+        // worker's to service. A shutdown that arrived while we owned it must reach the
+        // worker too: its notification found the squeue busy, so the worker parked
+        // again (with no deadline, for good) and only this release can wake it.
+        if (handoff || !q.items.is_empty() || earlier || q.kicked || q.shutdown) && q.parked {
             self.wake.notify_one();
         }
     }
@@ -1387,6 +1389,51 @@ mod tests {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+mod shutdown_stress {
+    use super::*;
+
+    #[derive(Default)]
+    struct Nop;
+    impl Perimeter for Nop {
+        fn service(&mut self, _now: Instant) -> bool {
+            false
+        }
+        fn next_deadline(&self) -> Option<Instant> {
+            None
+        }
+    }
+
+    /// Shutdown racing an inline owner, many times over real threads: the worker always
+    /// ends (each join is bounded, so a lost wake-up fails instead of hanging).
+    #[test]
+    fn shutdown_racing_an_inline_owner_always_ends_the_worker() {
+        for i in 0..300 {
+            let sq = Squeue::new(0, Nop, Duration::from_secs(60), Duration::ZERO);
+            let w = {
+                let s = sq.clone();
+                std::thread::spawn(move || s.run_worker())
+            };
+            let s2 = sq.clone();
+            let t = std::thread::spawn(move || {
+                let _ = s2.try_process(|_: &mut Nop| std::thread::sleep(Duration::from_micros(50)));
+            });
+            std::thread::sleep(Duration::from_micros(20));
+            sq.shutdown();
+            t.join().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = w.join();
+                let _ = tx.send(());
+            });
+            assert!(
+                rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+                "iteration {i}: the worker did not end after shutdown"
+            );
+        }
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_tests {
     //! Model checks of the enter/drain/hand-off protocol. Run with
@@ -1477,6 +1524,27 @@ mod loom_tests {
             }
             drop(g);
             sq.shutdown();
+            w.join().unwrap();
+        });
+    }
+
+    /// A shutdown that arrives while an inline owner holds the squeue still ends the
+    /// worker: the owner's release wakes it (before, the worker could park for good and
+    /// `Stack::shutdown`'s join hang; `ember-bench`'s lsofin budget test caught it).
+    #[test]
+    fn shutdown_during_inline_ownership_ends_the_worker() {
+        model(|| {
+            let sq = Squeue::new(0, Cnt::default(), Duration::from_secs(60), Duration::ZERO);
+            let w = {
+                let s = sq.clone();
+                loom::thread::spawn(move || s.run_worker())
+            };
+            let s2 = sq.clone();
+            let t = loom::thread::spawn(move || {
+                let _ = s2.try_process(|p: &mut Cnt| p.seen.push(1));
+            });
+            sq.shutdown();
+            t.join().unwrap();
             w.join().unwrap();
         });
     }
