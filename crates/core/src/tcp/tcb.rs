@@ -16,6 +16,7 @@
 
 use super::assembler::Assembler;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
+use super::info::{Chrono, InfoState};
 use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
@@ -137,6 +138,24 @@ pub struct TcbInfo {
     /// Zero-window probes sent since the peer last opened its window, or keepalive
     /// probes still unanswered (Linux `tcpi_probes`).
     pub probes: u32,
+    /// Segments deemed lost and not yet SACKed or acknowledged (Linux `tcpi_lost`):
+    /// RACK's marks (RFC 8985), or after an RTO everything unSACKed below the recovery
+    /// point; 0 outside loss recovery.
+    pub lost: u32,
+    /// Retransmitted segments not yet SACKed or acknowledged (Linux `tcpi_retrans`).
+    pub retrans: u32,
+    /// Reordering degree in segments (Linux `tcpi_reordering`): DupThresh
+    /// (`tcp_dupthresh`, 3) until reordering is seen, then the largest distance between
+    /// the highest delivered sequence and a segment delivered below it, never lowered.
+    pub reordering: u32,
+    /// Segments delivered, i.e. acknowledged or SACKed, each once; the SYN (or SYN,ACK)
+    /// counts as one (Linux `tcpi_delivered`).
+    pub delivered: u64,
+    /// Time busy (data outstanding or unsent) and, of it, limited by the peer's receive
+    /// window or by the send buffer (Linux `tcpi_busy_time`, `tcpi_rwnd_limited`,
+    /// `tcpi_sndbuf_limited`); the running period is added up to a reader's `now` by
+    /// [`Chrono::busy_time`] and its siblings.
+    pub chrono: Chrono,
 }
 
 /// [`TcbInfo::ca_state`]: no loss or reordering seen.
@@ -334,6 +353,8 @@ pub struct Tcb {
     pub(super) events: Events,
     pub(super) error: Option<TcpError>,
     pub(super) stats: TcbStats,
+    /// `tcp_info` counters and chronographs (`info.rs`).
+    pub(super) info_state: InfoState,
 }
 
 /// The identity and path of a new connection.
@@ -466,6 +487,7 @@ impl Tcb {
             events: Events::default(),
             error: None,
             stats: TcbStats::default(),
+            info_state: InfoState::default(),
             set,
         }
     }
@@ -601,6 +623,9 @@ impl Tcb {
             return Err(TcpError::WouldBlock);
         }
         let space = (self.snd_cap as usize).saturating_sub(self.snd_buf.len());
+        // The writer now waits for buffer space (or no longer does), for the
+        // send-buffer-limited chronograph (`info.rs`).
+        self.info_state.snd_nospace = space < data.len();
         if space == 0 {
             return Err(TcpError::WouldBlock);
         }
@@ -1127,6 +1152,11 @@ impl Tcb {
             last_data_sent: self.last_data_sent,
             bytes_received: self.rcv_off,
             probes: self.persist_backoff.max(self.keepalive_sent),
+            lost: self.lost_segments(),
+            retrans: self.retrans_segments(),
+            reordering: self.rack_info().1,
+            delivered: self.info_state.delivered,
+            chrono: self.info_state.chrono,
         }
     }
 
