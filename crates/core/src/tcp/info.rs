@@ -31,9 +31,9 @@
 //! segment boundaries; without them each ACK adds the bytes it acknowledged in
 //! segments of the current MSS, rounded up.
 
+use super::cc::CongestionControl;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb};
-use super::cc::CongestionControl;
 use super::State;
 use crate::time::Instant;
 use core::time::Duration;
@@ -74,9 +74,9 @@ impl Chrono {
 
     /// Total busy time up to `now`, limited periods included (`tcpi_busy_time`).
     pub fn busy_time(&self, now: Instant) -> Duration {
-        let run = self
-            .current
-            .map_or(Duration::ZERO, |(_, since)| now.saturating_duration_since(since));
+        let run = self.current.map_or(Duration::ZERO, |(_, since)| {
+            now.saturating_duration_since(since)
+        });
         self.busy + self.rwnd_limited + self.sndbuf_limited + run
     }
 

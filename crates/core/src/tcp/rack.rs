@@ -673,7 +673,10 @@ impl Tcb {
             mss,
             self.set.dupthresh,
         );
-        self.info_state.delivered = self.info_state.delivered.saturating_add(u64::from(delivered));
+        self.info_state.delivered = self
+            .info_state
+            .delivered
+            .saturating_add(u64::from(delivered));
         self.rack.end_dsack_round(self.snd_una);
         if let Some(d) = dsack {
             if self.rack.on_dsack(d, self.snd_nxt) {
