@@ -146,7 +146,9 @@ pub struct TcbInfo {
     pub retrans: u32,
     /// Reordering degree in segments (Linux `tcpi_reordering`): DupThresh
     /// (`tcp_dupthresh`, 3) until reordering is seen, then the largest distance between
-    /// the highest delivered sequence and a segment delivered below it, never lowered.
+    /// the highest delivered sequence and a never-retransmitted segment delivered below
+    /// it, never lowered (detected from SACK and ACKs by RACK's records, so only when
+    /// SACK was negotiated).
     pub reordering: u32,
     /// Segments delivered, i.e. acknowledged or SACKed, each once; the SYN (or SYN,ACK)
     /// counts as one (Linux `tcpi_delivered`).
