@@ -104,9 +104,10 @@
 //!   recovery, 4 loss), `tcpi_state` (Linux's numbers), `tcpi_options` (timestamps,
 //!   SACK, window scaling), `tcpi_last_data_recv`/`tcpi_last_data_sent` in ms,
 //!   `tcpi_bytes_received`, `tcpi_segs_in`/`tcpi_segs_out`, `tcpi_total_retrans`,
-//!   `tcpi_delivered_ce` (0: ember has no ECN). Any other field (`tcpi_lost`,
-//!   `tcpi_retrans`, `tcpi_reordering`, `tcpi_delivered`, `tcpi_rwnd_limited`, ...:
-//!   ember does not count them) or statement is `Unsupported`.
+//!   `tcpi_delivered_ce` (0: ember has no ECN), `tcpi_lost`/`tcpi_retrans`/
+//!   `tcpi_reordering`/`tcpi_delivered` in segments, `tcpi_busy_time`/
+//!   `tcpi_rwnd_limited`/`tcpi_sndbuf_limited` in µs up to the block's time. Any
+//!   other field (e.g. `tcpi_reord_seen`) or statement is `Unsupported`.
 //! * Budgets: at most [`RunOptions::max_steps`] host steps (frames in, timer firings)
 //!   and virtual time up to [`RunOptions::max_virtual_us`]; beyond them the run is an
 //!   `Error`, so no script can hang the runner.
@@ -2168,6 +2169,13 @@ fn tcpi(name: &str, i: &TcbInfo, now: Instant) -> Option<i64> {
         "tcpi_segs_in" => i.stats.segs_in.min(i64::MAX as u64) as i64,
         "tcpi_segs_out" => i.stats.segs_out.min(i64::MAX as u64) as i64,
         "tcpi_total_retrans" => i.stats.retrans_segs.min(i64::MAX as u64) as i64,
+        "tcpi_lost" => i64::from(i.lost),
+        "tcpi_retrans" => i64::from(i.retrans),
+        "tcpi_reordering" => i64::from(i.reordering),
+        "tcpi_delivered" => i.delivered.min(i64::MAX as u64) as i64,
+        "tcpi_busy_time" => i.chrono.busy_time(now).as_micros() as i64,
+        "tcpi_rwnd_limited" => i.chrono.rwnd_limited_time(now).as_micros() as i64,
+        "tcpi_sndbuf_limited" => i.chrono.sndbuf_limited_time(now).as_micros() as i64,
         // ember has no ECN: nothing is ever delivered CE-marked.
         "tcpi_delivered_ce" => 0,
         _ => return None,

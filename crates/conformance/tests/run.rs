@@ -163,10 +163,10 @@ fn tcp_info_assertions_are_evaluated() {
         }
         r => panic!("{r:?}"),
     }
-    let unknown = format!("{PASSIVE_OPEN}+0 %{{ assert tcpi_busy_time == 0 }}%\n");
+    let unknown = format!("{PASSIVE_OPEN}+0 %{{ assert tcpi_reord_seen == 0 }}%\n");
     assert!(matches!(
         run(&unknown).result,
-        RunResult::Unsupported(r) if r.contains("tcpi_busy_time")
+        RunResult::Unsupported(r) if r.contains("tcpi_reord_seen")
     ));
 }
 
@@ -497,4 +497,123 @@ fn ip_tos_is_applied_and_reported() {
     // The byte is on the wire: another value fails on the packet line.
     let (line, _, _) = fail_of(&run(&text.replace("[tos 0x28]", "[tos 0x2c]")));
     assert_eq!(line, 13);
+}
+
+/// A listener that accepted a SACK connection (MSS 1000) and wrote 10 segments.
+const SACK_TEN_OUT: &str = "
+0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
++0 bind(3, ..., ...) = 0
++0 listen(3, 1) = 0
++0 < S 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>
++0 > S. 0:0(0) ack 1 <...>
++.1 < . 1:1(0) ack 1 win 257
++0 accept(3, ..., ...) = 4
++0 %{ assert tcpi_delivered == 1, tcpi_delivered }%
++0 %{ assert tcpi_reordering == 3, tcpi_reordering }%
++0 write(4, ..., 10000) = 10000
++0 > P. 1:10001(10000) ack 1
+";
+
+#[test]
+fn lost_retrans_and_delivered_follow_recovery() {
+    // Three SACKed segments above 1:1001 make RACK deem it lost (RFC 8985: the
+    // reordering window is 0 with DupThresh segments SACKed); the retransmission is
+    // in flight until the cumulative ACK, after which every counter is back to 0.
+    let ok = format!(
+        "{SACK_TEN_OUT}+.1 < . 1:1(0) ack 1 win 257 <sack 1001:4001,nop,nop>
++0 > . 1:1001(1000) ack 1
++0 %{{ assert tcpi_lost == 1, tcpi_lost }}%
++0 %{{ assert tcpi_retrans == 1, tcpi_retrans }}%
++0 %{{ assert tcpi_delivered == 4, tcpi_delivered }}%
++0 %{{ assert tcpi_reordering == 3, tcpi_reordering }}%
++.1 < . 1:1(0) ack 10001 win 257
++0 %{{ assert tcpi_lost == 0 and tcpi_retrans == 0, (tcpi_lost, tcpi_retrans) }}%
++0 %{{ assert tcpi_delivered == 11, tcpi_delivered }}%
++0 %{{ assert tcpi_total_retrans == 1, tcpi_total_retrans }}%
+"
+    );
+    let o = run(&ok);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+    let bad = ok.replace("tcpi_lost == 1,", "tcpi_lost == 2,");
+    let (_, _, got) = fail_of(&run(&bad));
+    assert!(got.contains("tcpi_lost = 1"), "{got}");
+    let bad = ok.replace("tcpi_delivered == 11", "tcpi_delivered == 10");
+    let (_, _, got) = fail_of(&run(&bad));
+    assert!(got.contains("tcpi_delivered = 11"), "{got}");
+}
+
+#[test]
+fn reordering_is_the_distance_below_the_highest_sacked() {
+    // 5001:6001 is SACKed first; 1:5001, never retransmitted, arrives afterwards:
+    // reordering of (6001 - 1) / 1000 = 6 segments, no loss.
+    let ok = format!(
+        "{SACK_TEN_OUT}+.1 < . 1:1(0) ack 1 win 257 <sack 5001:6001,nop,nop>
++0 < . 1:1(0) ack 6001 win 257
++0 %{{ assert tcpi_reordering == 6, tcpi_reordering }}%
++0 %{{ assert tcpi_lost == 0, tcpi_lost }}%
+"
+    );
+    let o = run(&ok);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+    let (_, _, got) = fail_of(&run(&ok.replace("== 6,", "== 5,")));
+    assert!(got.contains("tcpi_reordering = 6"), "{got}");
+}
+
+#[test]
+fn rwnd_limited_and_busy_time() {
+    // A zero window holds 1000 bytes back for 100 ms; then 30 ms in flight; then idle.
+    let ok = "
+0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
++0 bind(3, ..., ...) = 0
++0 listen(3, 1) = 0
++0 < S 0:0(0) win 0 <mss 1000,nop,wscale 7>
++0 > S. 0:0(0) ack 1 <...>
++.1 < . 1:1(0) ack 1 win 0
++0 accept(3, ..., ...) = 4
++0 %{ assert tcpi_rwnd_limited == 0 and tcpi_busy_time == 0 }%
++0 write(4, ..., 1000) = 1000
++.1 < . 1:1(0) ack 1 win 257
++0 > P. 1:1001(1000) ack 1
++0 %{ assert 99000 <= tcpi_rwnd_limited <= 101000, tcpi_rwnd_limited }%
++.03 < . 1:1(0) ack 1001 win 257
++.05 %{ assert 99000 <= tcpi_rwnd_limited <= 101000, tcpi_rwnd_limited }%
++0 %{ assert 129000 <= tcpi_busy_time <= 131000, tcpi_busy_time }%
++0 %{ assert tcpi_sndbuf_limited == 0, tcpi_sndbuf_limited }%
+";
+    let o = run(ok);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+    let (_, _, got) = fail_of(&run(&ok.replace("129000 <=", "131000 <=")));
+    assert!(got.contains("tcpi_busy_time = 130000"), "{got}");
+}
+
+#[test]
+fn sndbuf_limited_while_the_writer_waits_with_everything_sent() {
+    // A 2048-byte send buffer, a 10-segment congestion window: all 2048 bytes go out
+    // at once and the blocked writer waits 50 ms for the ACK (send-buffer-limited).
+    let ok = "
+0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
++0 bind(3, ..., ...) = 0
++0 listen(3, 1) = 0
++0 < S 0:0(0) win 32792 <mss 1000,nop,wscale 7>
++0 > S. 0:0(0) ack 1 <...>
++.1 < . 1:1(0) ack 1 win 257
++0 accept(3, ..., ...) = 4
++0 setsockopt(4, SOL_SOCKET, SO_SNDBUF, [1024], 4) = 0
++0 setsockopt(4, IPPROTO_TCP, TCP_NODELAY, [1], 4) = 0
++0 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0
++0 write(4, ..., 4000) = 2048
++0 > . 1:1001(1000) ack 1
++0 > P. 1001:2001(1000) ack 1
++0 > P. 2001:2049(48) ack 1
++.05 < . 1:1(0) ack 2049 win 257
++.05 %{ assert 49000 <= tcpi_sndbuf_limited <= 51000, tcpi_sndbuf_limited }%
++0 %{ assert 49000 <= tcpi_busy_time <= 51000, tcpi_busy_time }%
++0 %{ assert tcpi_rwnd_limited == 0, tcpi_rwnd_limited }%
+";
+    let o = run(ok);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+    let (_, _, got) = fail_of(&run(
+        &ok.replace("49000 <= tcpi_sndbuf", "51000 <= tcpi_sndbuf")
+    ));
+    assert!(got.contains("tcpi_sndbuf_limited = 50000"), "{got}");
 }

@@ -104,6 +104,8 @@ impl Tcb {
     /// The handshake completed.
     pub(super) fn establish(&mut self, now: Instant) {
         self.state = State::Established;
+        // Our SYN was acknowledged: Linux counts it as one segment delivered.
+        self.info_state.delivered += 1;
         self.events
             .insert(Events::CONNECTED | Events::WRITABLE | Events::READABLE);
         self.quickack = QUICKACK_SEGMENTS;
@@ -543,6 +545,7 @@ impl Tcb {
 
         if self.send_space() >= self.set.sndlowat as usize && n > 0 {
             self.events.insert(Events::WRITABLE);
+            self.info_state.snd_nospace = false;
         }
     }
 

@@ -36,6 +36,7 @@ pub mod sack;
 pub mod seq;
 
 mod fusion;
+mod info;
 mod input;
 mod output;
 pub mod rack;
@@ -43,6 +44,7 @@ pub mod tcb;
 mod timers;
 
 pub use fusion::FuseRefusal;
+pub use info::{Chrono, ChronoState};
 pub use seq::SeqNum;
 pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY};
 

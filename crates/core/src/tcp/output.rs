@@ -59,7 +59,10 @@ impl Tcb {
             return None;
         }
         match self.state {
-            State::Closed | State::Listen => return None,
+            State::Closed | State::Listen => {
+                self.chrono_update(now);
+                return None;
+            }
             State::SynSent | State::SynReceived => {
                 if self.snd_nxt == self.iss {
                     return Some(self.build_syn(now));
@@ -77,6 +80,7 @@ impl Tcb {
                 if self.ack_now {
                     return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
                 }
+                self.chrono_update(now);
                 return None;
             }
             _ => {}
@@ -107,6 +111,7 @@ impl Tcb {
         }
         // Nothing more to send: the transmit burst is over.
         self.push_burst.1 = 0;
+        self.chrono_update(now);
         None
     }
 
@@ -294,6 +299,7 @@ impl Tcb {
 
     /// New data to send, as (seq, data length, FIN).
     fn plan_new_data(&mut self, now: Instant) -> Option<(SeqNum, u32, bool)> {
+        self.info_state.rwnd_blocked = false;
         let data_end = self.data_end();
         let unsent = data_end.since(self.snd_nxt);
         let fin_pending = self.fin_queued && !self.fin_sent();
@@ -321,6 +327,7 @@ impl Tcb {
             if nothing_in_flight && self.persist_deadline.is_none() {
                 self.arm_persist(now);
             }
+            self.info_state.rwnd_blocked = true;
             return None;
         }
         let force = self.probe_pending && self.snd_wnd > 0;
@@ -340,6 +347,7 @@ impl Tcb {
                 if nothing_in_flight && self.persist_deadline.is_none() {
                     self.arm_persist(now);
                 }
+                self.info_state.rwnd_blocked = true;
                 return None;
             }
             if force {

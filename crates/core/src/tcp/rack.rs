@@ -89,6 +89,8 @@ pub struct Rack {
     b_rxt: u64,
     n_sacked: u32,
     n_lost: u32,
+    /// Records with a retransmission in flight and not SACKed (`tcpi_retrans`).
+    n_rxt: u32,
     /// RACK.xmit_ts / RACK.end_seq: the most recently sent delivered segment.
     xmit_ts: Option<Instant>,
     end_seq: SeqNum,
@@ -147,6 +149,7 @@ impl Rack {
             b_rxt: 0,
             n_sacked: 0,
             n_lost: 0,
+            n_rxt: 0,
             xmit_ts: None,
             end_seq: SeqNum(0),
             rtt: Duration::ZERO,
@@ -196,6 +199,7 @@ impl Rack {
         };
         cnt(&mut self.n_sacked, s.sacked);
         cnt(&mut self.n_lost, s.lost && !s.sacked);
+        cnt(&mut self.n_rxt, s.rxt_out && !s.sacked);
     }
 
     /// Replaces record `i` (keeping the sums right).
@@ -573,6 +577,12 @@ impl Rack {
         self.n_lost
     }
 
+    /// Segments with a retransmission in flight, not SACKed or acknowledged yet
+    /// (`tcpi_retrans`).
+    pub fn retrans_segments(&self) -> u32 {
+        self.n_rxt
+    }
+
     /// Segments SACKed as a whole.
     pub fn sacked_segments(&self) -> u32 {
         self.n_sacked
@@ -615,7 +625,7 @@ impl Tcb {
         self.set.tlp && self.sack_ok
     }
 
-    fn rack_tracking(&self) -> bool {
+    pub(super) fn rack_tracking(&self) -> bool {
         self.sack_ok && (self.set.rack || self.set.tlp)
     }
 
@@ -647,11 +657,15 @@ impl Tcb {
         acked: u32,
     ) {
         if !self.rack_tracking() || !self.state.is_synchronized() {
+            // No per-segment records: `tcpi_delivered` from the bytes acknowledged.
+            if acked > 0 {
+                self.count_delivered_bytes(ack - acked);
+            }
             return;
         }
         let mss = self.mss();
         let min_rtt = self.rtt.min_rtt();
-        self.rack.update_delivered(
+        let delivered = self.rack.update_delivered(
             now,
             self.snd_una,
             &self.sb,
@@ -659,6 +673,10 @@ impl Tcb {
             mss,
             self.set.dupthresh,
         );
+        self.info_state.delivered = self
+            .info_state
+            .delivered
+            .saturating_add(u64::from(delivered));
         self.rack.end_dsack_round(self.snd_una);
         if let Some(d) = dsack {
             if self.rack.on_dsack(d, self.snd_nxt) {

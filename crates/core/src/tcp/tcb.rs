@@ -16,6 +16,7 @@
 
 use super::assembler::Assembler;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
+use super::info::{Chrono, InfoState};
 use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
@@ -137,6 +138,26 @@ pub struct TcbInfo {
     /// Zero-window probes sent since the peer last opened its window, or keepalive
     /// probes still unanswered (Linux `tcpi_probes`).
     pub probes: u32,
+    /// Segments deemed lost and not yet SACKed or acknowledged (Linux `tcpi_lost`):
+    /// RACK's marks (RFC 8985), or after an RTO everything unSACKed below the recovery
+    /// point; 0 outside loss recovery.
+    pub lost: u32,
+    /// Retransmitted segments not yet SACKed or acknowledged (Linux `tcpi_retrans`).
+    pub retrans: u32,
+    /// Reordering degree in segments (Linux `tcpi_reordering`): DupThresh
+    /// (`tcp_dupthresh`, 3) until reordering is seen, then the largest distance between
+    /// the highest delivered sequence and a never-retransmitted segment delivered below
+    /// it, never lowered (detected from SACK and ACKs by RACK's records, so only when
+    /// SACK was negotiated).
+    pub reordering: u32,
+    /// Segments delivered, i.e. acknowledged or SACKed, each once; the SYN (or SYN,ACK)
+    /// counts as one (Linux `tcpi_delivered`).
+    pub delivered: u64,
+    /// Time busy (data outstanding or unsent) and, of it, limited by the peer's receive
+    /// window or by the send buffer (Linux `tcpi_busy_time`, `tcpi_rwnd_limited`,
+    /// `tcpi_sndbuf_limited`); the running period is added up to a reader's `now` by
+    /// [`Chrono::busy_time`] and its siblings.
+    pub chrono: Chrono,
 }
 
 /// [`TcbInfo::ca_state`]: no loss or reordering seen.
@@ -340,6 +361,8 @@ pub struct Tcb {
     pub(super) events: Events,
     pub(super) error: Option<TcpError>,
     pub(super) stats: TcbStats,
+    /// `tcp_info` counters and chronographs (`info.rs`).
+    pub(super) info_state: InfoState,
 }
 
 /// The identity and path of a new connection.
@@ -475,6 +498,7 @@ impl Tcb {
             events: Events::default(),
             error: None,
             stats: TcbStats::default(),
+            info_state: InfoState::default(),
             set,
         }
     }
@@ -610,6 +634,9 @@ impl Tcb {
             return Err(TcpError::WouldBlock);
         }
         let space = (self.snd_cap as usize).saturating_sub(self.snd_buf.len());
+        // The writer now waits for buffer space (or no longer does), for the
+        // send-buffer-limited chronograph (`info.rs`).
+        self.info_state.snd_nospace = space < data.len();
         if space == 0 {
             return Err(TcpError::WouldBlock);
         }
@@ -1163,6 +1190,11 @@ impl Tcb {
             last_data_sent: self.last_data_sent,
             bytes_received: self.rcv_off,
             probes: self.persist_backoff.max(self.keepalive_sent),
+            lost: self.lost_segments(),
+            retrans: self.retrans_segments(),
+            reordering: self.rack_info().1,
+            delivered: self.info_state.delivered,
+            chrono: self.info_state.chrono,
         }
     }
 
@@ -1190,6 +1222,7 @@ impl Tcb {
 mod tests {
     use super::*;
     use crate::params::Params;
+    use crate::tcp::ChronoState;
     use std::net::Ipv4Addr;
 
     const A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40_000);
@@ -1258,5 +1291,274 @@ mod tests {
         assert_eq!(ib.last_data_recv, t1);
         assert_eq!((ib.bytes_received, ia.bytes_received), (300, 0));
         assert_eq!(ib.probes, 0);
+    }
+
+    type Seg = (TcpRepr, Vec<u8>);
+
+    /// Everything `t` sends now.
+    fn drain(t: &mut Tcb, now: Instant) -> Vec<Seg> {
+        let mut v = Vec::new();
+        while let Some(o) = t.poll_transmit(now) {
+            let mut p = vec![0; o.payload_len()];
+            o.copy_payload(&mut p);
+            v.push((o.repr, p));
+            assert!(v.len() < 10_000, "poll_transmit never ends");
+        }
+        v
+    }
+
+    /// Hands `segs` to `t` one by one, collecting what it answers.
+    fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
+        let mut out = Vec::new();
+        for (r, p) in segs {
+            t.on_segment(now, r, p);
+            out.extend(drain(t, now));
+        }
+        out
+    }
+
+    /// Two connected `Tcb`s, `a` the client, handshake over at T0 + 10 ms.
+    fn pair(set: TcpSettings) -> (Tcb, Tcb) {
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), set.clone());
+        let syn = drain(&mut a, T0);
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), set, &syn[0].0);
+        let synack = drain(&mut b, T0);
+        let t1 = T0 + Duration::from_millis(10);
+        let ack = feed(&mut a, t1, &synack);
+        feed(&mut b, t1, &ack);
+        (a, b)
+    }
+
+    /// `a` writes ten full segments at `t` and sends them.
+    fn ten_segments(a: &mut Tcb, t: Instant) -> Vec<Seg> {
+        let mss = a.mss() as usize;
+        assert_eq!(a.send(t, &vec![7; 10 * mss]), Ok(10 * mss));
+        let segs = drain(a, t);
+        assert_eq!(segs.len(), 10);
+        segs
+    }
+
+    #[test]
+    fn lost_retrans_and_delivered_with_sack_return_to_zero_after_recovery() {
+        let (mut a, mut b) = pair(settings());
+        assert!(a.info().sack);
+        let i = a.info();
+        assert_eq!((i.delivered, i.lost, i.retrans, i.reordering), (1, 0, 0, 3));
+        let t = T0 + Duration::from_millis(20);
+        let segs = ten_segments(&mut a, t);
+        // The first segment is lost; the other nine arrive and are SACKed.
+        let t2 = t + Duration::from_millis(10);
+        let acks = feed(&mut b, t2, &segs[1..]);
+        for (r, p) in &acks {
+            a.on_segment(t2, r, p);
+        }
+        let i = a.info();
+        assert_eq!(i.ca_state, CA_RECOVERY);
+        assert_eq!((i.lost, i.retrans), (1, 0), "deemed lost, not yet resent");
+        assert_eq!(i.delivered, 1 + 9);
+        let rtx = drain(&mut a, t2);
+        assert_eq!(rtx.len(), 1);
+        assert_eq!(rtx[0].0.seq, segs[0].0.seq);
+        let i = a.info();
+        assert_eq!((i.lost, i.retrans, i.stats.retrans_segs), (1, 1, 1));
+        // The retransmission arrives: everything acknowledged, recovery over.
+        let t3 = t2 + Duration::from_millis(10);
+        let acks = feed(&mut b, t3, &rtx);
+        feed(&mut a, t3, &acks);
+        let i = a.info();
+        assert_eq!(i.ca_state, CA_OPEN);
+        assert_eq!((i.lost, i.retrans, i.delivered), (0, 0, 11));
+        assert_eq!(i.reordering, 3, "a retransmitted segment is not reordering");
+    }
+
+    #[test]
+    fn reordering_grows_with_the_distance_below_the_highest_delivered() {
+        let (mut a, mut b) = pair(settings());
+        let t = T0 + Duration::from_millis(20);
+        let segs = ten_segments(&mut a, t);
+        let t2 = t + Duration::from_millis(10);
+        // Segment 6 overtakes segments 1-5 (none retransmitted): 6 segments of
+        // reordering, and no loss.
+        let mut order: Vec<Seg> = vec![segs[5].clone()];
+        order.extend(segs[..5].iter().cloned());
+        order.extend(segs[6..].iter().cloned());
+        let acks = feed(&mut b, t2, &order);
+        feed(&mut a, t2, &acks);
+        let i = a.info();
+        assert_eq!(i.reordering, 6);
+        assert_eq!((i.lost, i.retrans, i.ca_state), (0, 0, CA_OPEN));
+        assert_eq!(i.delivered, 11);
+    }
+
+    #[test]
+    fn lost_retrans_and_delivered_without_sack() {
+        let mut set = settings();
+        set.sack = 0;
+        let (mut a, mut b) = pair(set);
+        assert!(!a.info().sack);
+        let t = T0 + Duration::from_millis(20);
+        let segs = ten_segments(&mut a, t);
+        let t2 = t + Duration::from_millis(10);
+        let dupacks = feed(&mut b, t2, &segs[1..]);
+        let mut rtx = Vec::new();
+        for (r, p) in &dupacks {
+            a.on_segment(t2, r, p);
+            rtx.extend(
+                drain(&mut a, t2)
+                    .into_iter()
+                    .filter(|s| s.0.seq == segs[0].0.seq),
+            );
+        }
+        // NewReno (RFC 6582) repairs the head segment: one lost, one retransmitted.
+        let i = a.info();
+        assert_eq!(i.ca_state, CA_RECOVERY);
+        assert_eq!((i.lost, i.retrans, i.delivered), (1, 1, 1));
+        assert_eq!(rtx.len(), 1);
+        let t3 = t2 + Duration::from_millis(10);
+        let acks = feed(&mut b, t3, &rtx);
+        feed(&mut a, t3, &acks);
+        let i = a.info();
+        assert_eq!(i.ca_state, CA_OPEN);
+        assert_eq!((i.lost, i.retrans, i.delivered), (0, 0, 11));
+    }
+
+    #[test]
+    fn after_a_timeout_everything_outstanding_is_lost_until_acknowledged() {
+        let (mut a, mut b) = pair(settings());
+        let t = T0 + Duration::from_millis(20);
+        let segs = ten_segments(&mut a, t);
+        // Nothing is answered: the probe timeout, then the RTO (RFC 6298 §5.4).
+        let mut now = t;
+        let mut sent = Vec::new();
+        for _ in 0..10 {
+            if a.info().ca_state == CA_LOSS {
+                break;
+            }
+            now = a.poll_timeout().expect("a timer runs");
+            a.on_timeout(now);
+            if a.info().ca_state != CA_LOSS {
+                sent.extend(drain(&mut a, now));
+            }
+        }
+        let i = a.info();
+        assert_eq!(i.ca_state, CA_LOSS);
+        assert_eq!(
+            (i.lost, i.retrans),
+            (10, 0),
+            "every segment lost, none in flight"
+        );
+        let rtx = drain(&mut a, now);
+        assert_eq!(rtx.len(), 1, "a congestion window of one segment");
+        assert_eq!((a.info().lost, a.info().retrans), (10, 1));
+        // Everything arrives at last.
+        let later = now + Duration::from_millis(10);
+        let mut all = segs.clone();
+        all.extend(sent);
+        all.extend(rtx);
+        let acks = feed(&mut b, later, &all);
+        feed(&mut a, later, &acks);
+        let i = a.info();
+        assert_eq!(i.ca_state, CA_OPEN);
+        assert_eq!((i.lost, i.retrans, i.delivered), (0, 0, 11));
+    }
+
+    /// A client `Tcb` (no timestamps, MSS 1000) whose peer's SYN,ACK offered `win`.
+    fn client(win: u16) -> Tcb {
+        let mut set = settings();
+        set.tstamp = false;
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), set);
+        drain(&mut a, T0);
+        let mut synack = a.base_repr(SeqNum(5000), TcpFlags::SYN | TcpFlags::ACK);
+        (synack.src_port, synack.dst_port) = (B.port(), A.port());
+        synack.ack = 1001;
+        synack.window = win;
+        synack.options.mss = Some(1000);
+        a.on_segment(T0, &synack, &[]);
+        drain(&mut a, T0);
+        assert_eq!(a.state(), State::Established);
+        a
+    }
+
+    /// The peer acknowledges up to `ack` and offers `win`.
+    fn peer_ack(a: &mut Tcb, now: Instant, ack: u32, win: u16) -> Vec<Seg> {
+        let mut r = a.base_repr(SeqNum(5001), TcpFlags::ACK);
+        (r.src_port, r.dst_port) = (B.port(), A.port());
+        r.ack = ack;
+        r.window = win;
+        a.on_segment(now, &r, &[]);
+        drain(a, now)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn chrono_counts_receive_window_limited_and_busy_time() {
+        let mut a = client(0);
+        let t1 = T0 + ms(10);
+        assert_eq!(a.info().chrono.busy_time(t1), Duration::ZERO);
+        assert_eq!(a.send(t1, &[1; 1000]), Ok(1000));
+        assert!(drain(&mut a, t1).is_empty(), "the window is closed");
+        let c = a.info().chrono;
+        assert_eq!(c.rwnd_limited_time(t1 + ms(100)), ms(100));
+        assert_eq!(c.busy_time(t1 + ms(100)), ms(100));
+        // The window opens: the data goes out and waits 30 ms for its ACK.
+        let t2 = t1 + ms(100);
+        assert_eq!(peer_ack(&mut a, t2, 1001, 2000).len(), 1);
+        let t3 = t2 + ms(30);
+        assert!(peer_ack(&mut a, t3, 2001, 2000).is_empty());
+        // Idle from then on: the totals stay.
+        let c = a.info().chrono;
+        let later = t3 + ms(500);
+        assert_eq!(c.current, None);
+        assert_eq!(c.rwnd_limited_time(later), ms(100));
+        assert_eq!(c.busy_time(later), ms(130));
+        assert_eq!(c.sndbuf_limited_time(later), Duration::ZERO);
+    }
+
+    #[test]
+    fn chrono_counts_send_buffer_limited_time_only_with_room_to_send() {
+        let mut a = client(60_000);
+        a.set_nodelay(true);
+        a.set_send_buffer(2048);
+        let t1 = T0 + ms(10);
+        // All 2048 bytes fit in the congestion window: the writer waits for space
+        // with nothing left to send.
+        assert_eq!(a.send(t1, &[1; 4000]), Ok(2048));
+        assert_eq!(drain(&mut a, t1).len(), 3);
+        assert_eq!(
+            a.info().chrono.current.map(|c| c.0),
+            Some(ChronoState::SndbufLimited)
+        );
+        let t2 = t1 + ms(50);
+        assert!(peer_ack(&mut a, t2, 1001 + 2048, 60_000).is_empty());
+        let c = a.info().chrono;
+        assert_eq!(c.current, None);
+        assert_eq!(c.sndbuf_limited_time(t2 + ms(100)), ms(50));
+        assert_eq!(c.busy_time(t2 + ms(100)), ms(50));
+        // A write that fits is not limited by the buffer: busy only.
+        assert_eq!(a.send(t2, &[1; 1000]), Ok(1000));
+        drain(&mut a, t2);
+        assert_eq!(
+            a.info().chrono.current.map(|c| c.0),
+            Some(ChronoState::Busy)
+        );
+    }
+
+    #[test]
+    fn chrono_is_busy_not_buffer_limited_when_the_congestion_window_is_full() {
+        let mut a = client(60_000);
+        a.set_nodelay(true);
+        a.set_send_buffer(2048);
+        // A congestion window of one segment (after an RTO, RFC 5681 §3.1).
+        a.cc = Cc::new(a.set.cc, a.mss(), 1);
+        let t1 = T0 + ms(10);
+        assert_eq!(a.send(t1, &[1; 4000]), Ok(2048));
+        assert_eq!(drain(&mut a, t1).len(), 1);
+        assert_eq!(
+            a.info().chrono.current.map(|c| c.0),
+            Some(ChronoState::Busy)
+        );
     }
 }

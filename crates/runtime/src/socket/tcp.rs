@@ -468,7 +468,16 @@ impl TcpStream {
     /// (`bytes_received`, `stats`), `probes`, and whether TCP Fusion carries the data
     /// (`fused`). `last_data_recv`/`last_data_sent` are instants on the runtime's clock
     /// ([`crate::clock::now`] gives the current one; the difference is the idle time,
-    /// Linux's `tcpi_last_data_recv`/`tcpi_last_data_sent`).
+    /// Linux's `tcpi_last_data_recv`/`tcpi_last_data_sent`). Loss recovery counts, in
+    /// segments: `lost` (deemed lost, not yet SACKed or acknowledged), `retrans`
+    /// (retransmissions not yet SACKed or acknowledged), both 0 outside recovery;
+    /// `reordering` (3 until reordering is seen, then the largest distance observed);
+    /// `delivered` (acknowledged or SACKed, the SYN counted). `chrono` holds the time the
+    /// connection was busy with data and, of it, limited by the peer's receive window
+    /// or by the send buffer; its methods (`busy_time`, `rwnd_limited_time`,
+    /// `sndbuf_limited_time`) add the running period up to a `now` from
+    /// [`crate::clock::now`] (Linux's `tcpi_busy_time`, `tcpi_rwnd_limited`,
+    /// `tcpi_sndbuf_limited`).
     pub fn tcp_info(&self) -> io::Result<TcbInfo> {
         let key = self.sh.key;
         self.call(move |p, _, _| p.info(key))?
