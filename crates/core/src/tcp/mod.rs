@@ -38,6 +38,7 @@ pub mod seq;
 mod fusion;
 mod input;
 mod output;
+mod prr;
 pub mod rack;
 pub mod tcb;
 mod timers;

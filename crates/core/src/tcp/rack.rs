@@ -331,6 +331,13 @@ impl Rack {
         dupthresh: u32,
     ) -> u32 {
         let mut newest: Option<(Instant, SeqNum)> = None;
+        // RACK.rtt: of the last unambiguous segment in sequence order (cumulatively
+        // acknowledged ones, then SACKed ones), as Linux takes it. RFC 8985 §6.2 walks
+        // the segments by send time, which makes it the newest segment's RTT; on an ACK
+        // that covers both a retransmission and older original segments (a partial ACK
+        // in recovery) Linux's choice gives the longer RTT, so original segments sent
+        // with those are not deemed lost on the same ACK.
+        let mut last_rtt: Option<Duration> = None;
         let mut delivered = 0u32;
         let mut deliver = |r: &mut Rack, s: &Seg, newest: &mut Option<(Instant, SeqNum)>| {
             delivered += 1;
@@ -351,6 +358,7 @@ impl Rack {
             if s.retrans && min_rtt.is_some_and(|m| rtt < m) {
                 return;
             }
+            last_rtt = Some(rtt);
             if newest.is_none_or(|(t, e)| sent_after(s.xmit, s.end, t, e)) {
                 *newest = Some((s.xmit, s.end));
             }
@@ -405,8 +413,10 @@ impl Rack {
         if self.fack.is_some_and(|f| f < snd_una) {
             self.fack = Some(snd_una);
         }
+        if let Some(rtt) = last_rtt {
+            self.rtt = rtt;
+        }
         if let Some((t, e)) = newest {
-            self.rtt = now.saturating_duration_since(t);
             if self
                 .xmit_ts
                 .is_none_or(|rt| sent_after(t, e, rt, self.end_seq))
