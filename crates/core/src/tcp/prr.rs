@@ -69,10 +69,11 @@ pub fn sndcnt(
         // go out).
         let fs = u64::from(recover_fs.max(1));
         let smss = u64::from(mss.max(1));
-        let target = (prr_delivered * u64::from(ssthresh))
+        let target = prr_delivered
+            .saturating_mul(u64::from(ssthresh))
             .div_ceil(fs)
             .div_ceil(smss)
-            * smss;
+            .saturating_mul(smss);
         target.saturating_sub(prr_out)
     } else {
         // PRR-CRB, or PRR-SSRB on a safe ACK, limited by ssthresh - pipe.

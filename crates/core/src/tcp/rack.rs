@@ -1051,6 +1051,26 @@ mod tests {
     }
 
     #[test]
+    fn rack_rtt_is_the_last_segment_in_sequence_order() {
+        // Five segments at 0; the first retransmitted at 200. At 320 a partial ACK covers
+        // the retransmission (RTT 120 ms) and the original second segment (320 ms):
+        // RACK.xmit_ts is the retransmission's, RACK.rtt the second segment's (Linux),
+        // so the originals sent at 0 are not yet overdue.
+        let mut r = flight(5, t(0));
+        r.on_retransmit(s(1), s(1001), t(200));
+        let sb = Scoreboard::new(4);
+        r.update_delivered(t(320), s(2001), &sb, RTT, MSS, 3);
+        assert_eq!(r.xmit_ts, Some(t(200)));
+        assert_eq!(r.rtt, Duration::from_millis(320));
+        // With a reordering window of a quarter min_rtt the remaining originals are due
+        // 25 ms from now; with the newest segment's RTT (120 ms) they would be overdue by
+        // 175 ms.
+        let reo = Duration::from_millis(25);
+        let (n, timer) = r.detect_loss(t(320), reo);
+        assert_eq!((n, timer), (0, Some(reo)));
+    }
+
+    #[test]
     fn lost_retransmission_is_detected() {
         let mut r = flight(3, t(0));
         r.mark_all_lost();
