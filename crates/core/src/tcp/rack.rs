@@ -331,12 +331,12 @@ impl Rack {
         dupthresh: u32,
     ) -> u32 {
         let mut newest: Option<(Instant, SeqNum)> = None;
-        // RACK.rtt: of the last unambiguous segment in sequence order (cumulatively
-        // acknowledged ones, then SACKed ones), as Linux takes it. RFC 8985 §6.2 walks
-        // the segments by send time, which makes it the newest segment's RTT; on an ACK
-        // that covers both a retransmission and older original segments (a partial ACK
-        // in recovery) Linux's choice gives the longer RTT, so original segments sent
-        // with those are not deemed lost on the same ACK.
+        // RACK.rtt (RFC 8985 §6.2 step 2): of the last unambiguous segment in sequence
+        // order (cumulatively acknowledged ones, then SACKed ones), as Linux takes it,
+        // rather than of the most recently sent one (the segment that sets
+        // RACK.xmit_ts). On an ACK that covers both a retransmission and older original
+        // segments (a partial ACK in recovery) this gives the longer RTT, so originals
+        // sent with those are not deemed lost on the same ACK.
         let mut last_rtt: Option<Duration> = None;
         let mut delivered = 0u32;
         let mut deliver = |r: &mut Rack, s: &Seg, newest: &mut Option<(Instant, SeqNum)>| {
