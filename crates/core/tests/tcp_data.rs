@@ -443,10 +443,12 @@ fn sack_recovery_entered_by_islost_with_two_dupacks() {
     assert_eq!(spans(&o.take_all()), vec![(0, M)]);
 }
 
-/// RFC 6675 §5 step C: during recovery a segment is sent only while cwnd - pipe >= 1 SMSS;
-/// pipe counts the retransmission and the unSACKed data above the holes.
+/// RFC 9937 (PRR) over RFC 6675's pipe: while pipe > ssthresh each ACK releases its
+/// proportional share, ceil(prr_delivered * ssthresh / RecoverFS) - prr_out, instead of
+/// RFC 6675 §5 step C sending nothing until pipe falls below cwnd; then packet
+/// conservation (PRR-CRB) holds pipe at ssthresh.
 #[test]
-fn sack_recovery_pipe_limits_sending() {
+fn sack_recovery_prr_paces_sending() {
     let (mut o, mut p) = sacky(rfc6675(newreno()));
     o.write(&pat(40));
     assert_eq!(spans(&o.take_all()).len(), 10);
@@ -462,23 +464,98 @@ fn sack_recovery_pipe_limits_sending() {
     );
     let i = o.tcb.info();
     assert!(i.in_recovery);
-    // FlightSize 12 segments: ssthresh = cwnd = 6 segments.
+    // FlightSize 12 segments: ssthresh = cwnd = 6 segments. RecoverFS = 12 outstanding
+    // less the 2 SACKed before recovery = 10 segments.
     assert_eq!((i.cwnd, i.ssthresh), (m(6), m(6)));
-    // pipe = 1 (retransmitted) + 8 (above the SACKed block) = 9 segments > cwnd; each
-    // further SACKed segment lowers pipe by one.
-    for hi in [5, 6, 7] {
+    // pipe = 1 (retransmitted) + the unSACKed data above the block. Each ACK SACKs one
+    // more segment: prr_delivered = 2, 3, 4, 5 while pipe = 8, 8, 7, 7 > ssthresh gives
+    // ceil(6 * k / 10) - prr_out = 1, 0, 1, 0; then pipe = 6 (nothing), and below
+    // ssthresh one segment per segment delivered.
+    let mut per_ack = Vec::new();
+    let mut next_new = 12;
+    for hi in 5..=12 {
         sack_to(&mut o, &mut p, 0, &[(m(1), m(hi))]);
-        assert!(
-            o.take_all().is_empty(),
-            "pipe >= cwnd with SACK up to segment {hi}"
-        );
+        let sent = spans(&o.take_all());
+        for (off, len) in &sent {
+            assert_eq!((*off, *len), (m(next_new), M), "new data in order");
+            next_new += 1;
+        }
+        per_ack.push(sent.len());
     }
-    sack_to(&mut o, &mut p, 0, &[(m(1), m(8))]);
+    assert_eq!(per_ack, [1, 0, 1, 0, 0, 1, 1, 1]);
+    assert_eq!(o.tcb.stats().prr_segs, 1 + 5);
+    // The full ACK ends recovery with cwnd = ssthresh.
+    ack_to(&mut o, &mut p, m(next_new));
+    let i = o.tcb.info();
+    assert!(!i.in_recovery);
+    assert_eq!(i.cwnd, i.ssthresh);
+}
+
+/// RFC 9937 with RACK (RFC 8985) and CUBIC, several losses (the scenario of the corpus'
+/// `prr-ss-30pkt-lost-1_4-11_16.pkt`): 20 segments written, segments 0-3 and 10-15 of
+/// the flight lost. The in-flight estimate stays below ssthresh (7 segments), so each
+/// ACK releases what it delivered (PRR-CRB), retransmissions first; the first partial
+/// ACK that indicates no further loss releases one more (PRR-SSRB).
+#[test]
+fn prr_rack_cubic_several_losses_per_ack_counts() {
+    let o = opts(1460, true, false, None);
+    let (mut o, mut p) = est_rtt(settings(|_| {}), o, 65535, ms(10));
+    o.write(&pat(20));
+    assert_eq!(spans(&o.take_all()).len(), 10);
+    o.advance(ms(10));
+    let mut got: Vec<Vec<u32>> = Vec::new();
+    let mut step = |o: &mut One, p: &mut Peer, ack: u32, blocks: &[(u32, u32)], wait: u64| {
+        o.advance(ms(wait));
+        sack_to(
+            o,
+            p,
+            m(ack),
+            &blocks
+                .iter()
+                .map(|&(a, b)| (m(a), m(b)))
+                .collect::<Vec<_>>(),
+        );
+        let s: Vec<u32> = spans(&o.take_all())
+            .iter()
+            .map(|&(off, _)| off / MSS)
+            .collect();
+        got.push(s);
+    };
+    // SACKs of 4..10: two new segments (cwnd 10), then recovery retransmits 0..3, one per
+    // ACK, then new data.
+    for hi in 5..=12 {
+        step(&mut o, &mut p, 0, &[(4, hi)], 2);
+    }
+    assert!(o.tcb.info().in_recovery);
+    let i = o.tcb.info();
+    assert_eq!(i.ssthresh, m(7));
+    // Partial ACK of segment 0, nothing newly lost: CRB 1 + SSRB 1.
+    step(&mut o, &mut p, 1, &[(4, 12)], 10);
+    // Segments 2..12 SACKed: the retransmission of 1 is lost (RACK); 2 delivered, 2 out:
+    // the retransmission first.
+    step(&mut o, &mut p, 1, &[(2, 12)], 2);
+    step(&mut o, &mut p, 1, &[(2, 13)], 2);
+    step(&mut o, &mut p, 1, &[(2, 14)], 2);
     assert_eq!(
-        spans(&o.take_all()),
-        vec![(m(12), M)],
-        "pipe 5 < cwnd 6: one segment"
+        got,
+        vec![
+            vec![10],
+            vec![11],
+            vec![0],
+            vec![1],
+            vec![2],
+            vec![3],
+            vec![12],
+            vec![13],
+            vec![14, 15],
+            vec![1, 16],
+            vec![17],
+            vec![18],
+        ]
     );
+    assert!(o.tcb.info().in_recovery);
+    // Everything from the first retransmission on went out under PRR.
+    assert_eq!(o.tcb.stats().prr_segs, 14 - 2);
 }
 
 // =======================================================================================

@@ -171,6 +171,7 @@ impl TcbStats {
             rcv_drops_full,
             bad_acks,
             recoveries,
+            prr_segs,
             rtt_samples,
             attempt_fails,
             estab_resets,
@@ -208,6 +209,7 @@ impl TcbStats {
         self.spurious_rtx += spurious_rtx;
         self.bad_acks += bad_acks;
         self.recoveries += recoveries;
+        self.prr_segs += prr_segs;
         self.rtt_samples += rtt_samples;
         self.attempt_fails += attempt_fails;
         self.estab_resets += estab_resets;

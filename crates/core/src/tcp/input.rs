@@ -370,6 +370,9 @@ impl Tcb {
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNum, ack: SeqNum, seg_len: u32) {
         let prior_in_flight = self.in_flight();
         let acked = ack.since(self.snd_una);
+        // RFC 9937 §6: RecoverFS should this ACK start recovery, and what it delivers.
+        self.prr_ack_start();
+        let prior_losses = self.stats.rack_losses;
         let old_wnd = self.snd_wnd;
 
         // SACK (RFC 2018 §4, RFC 6675 §5 Update()).
@@ -445,6 +448,17 @@ impl Tcb {
         }
         // RACK-TLP (RFC 8985): delivery, reordering, loss detection, probe episode.
         self.rack_on_ack(now, ack, dsack, acked);
+        // RFC 9937 §6.2: DeliveredData = change in SND.UNA + change in SACKed bytes.
+        let delivered_data = acked
+            .saturating_sub(delivered_before)
+            .saturating_add(newly_sacked);
+        let new_loss = if self.rack_active() {
+            self.stats.rack_losses > prior_losses
+        } else {
+            self.sb
+                .is_lost(self.snd_una, self.mss(), self.set.dupthresh)
+        };
+        self.prr_on_ack(delivered_data, acked > 0, new_loss);
 
         // Our FIN acknowledged?
         if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
@@ -645,6 +659,7 @@ impl Tcb {
         self.stats.recoveries += 1;
         self.stats.fast_retransmits += 1;
         self.rtx_head = true;
+        self.prr_init();
         if !self.sack_ok {
             self.reno_cwnd = self
                 .cc

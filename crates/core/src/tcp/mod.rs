@@ -39,6 +39,7 @@ mod fusion;
 mod info;
 mod input;
 mod output;
+mod prr;
 pub mod rack;
 pub mod tcb;
 mod timers;

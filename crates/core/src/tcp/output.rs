@@ -142,6 +142,8 @@ impl Tcb {
         let mss = self.mss();
         match self.recovery {
             Recovery::Fast if !self.sack_ok => self.reno_cwnd.saturating_sub(self.in_flight()),
+            // RFC 9937 (`prr.rs`): PRR paces SACK fast recovery.
+            Recovery::Fast => self.prr_allowance().unwrap_or(0),
             _ => {
                 let mut cwnd = self.cc.cwnd();
                 if self.recovery == Recovery::Open && !self.sack_ok && self.dupacks > 0 {
@@ -598,6 +600,9 @@ impl Tcb {
         self.delack_deadline = None;
         self.rcv_unacked_bytes = 0;
         self.stats.segs_out += 1;
+        if matches!(kind, Kind::Data | Kind::Retransmit) {
+            self.prr_on_send(seq, seq + len + u32::from(fin));
+        }
 
         match kind {
             Kind::Data => {

@@ -335,6 +335,13 @@ impl Rack {
         dupthresh: u32,
     ) -> u32 {
         let mut newest: Option<(Instant, SeqNum)> = None;
+        // RACK.rtt (RFC 8985 §6.2 step 2): of the last unambiguous segment in sequence
+        // order (cumulatively acknowledged ones, then SACKed ones), as Linux takes it,
+        // rather than of the most recently sent one (the segment that sets
+        // RACK.xmit_ts). On an ACK that covers both a retransmission and older original
+        // segments (a partial ACK in recovery) this gives the longer RTT, so originals
+        // sent with those are not deemed lost on the same ACK.
+        let mut last_rtt: Option<Duration> = None;
         let mut delivered = 0u32;
         let mut deliver = |r: &mut Rack, s: &Seg, newest: &mut Option<(Instant, SeqNum)>| {
             delivered += 1;
@@ -355,6 +362,7 @@ impl Rack {
             if s.retrans && min_rtt.is_some_and(|m| rtt < m) {
                 return;
             }
+            last_rtt = Some(rtt);
             if newest.is_none_or(|(t, e)| sent_after(s.xmit, s.end, t, e)) {
                 *newest = Some((s.xmit, s.end));
             }
@@ -409,8 +417,10 @@ impl Rack {
         if self.fack.is_some_and(|f| f < snd_una) {
             self.fack = Some(snd_una);
         }
+        if let Some(rtt) = last_rtt {
+            self.rtt = rtt;
+        }
         if let Some((t, e)) = newest {
-            self.rtt = now.saturating_duration_since(t);
             if self
                 .xmit_ts
                 .is_none_or(|rt| sent_after(t, e, rt, self.end_seq))
@@ -1056,6 +1066,26 @@ mod tests {
         assert_eq!(r.xmit_ts, Some(t(0)));
         assert_eq!(r.rtt, Duration::from_millis(170));
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn rack_rtt_is_the_last_segment_in_sequence_order() {
+        // Five segments at 0; the first retransmitted at 200. At 320 a partial ACK covers
+        // the retransmission (RTT 120 ms) and the original second segment (320 ms):
+        // RACK.xmit_ts is the retransmission's, RACK.rtt the second segment's (Linux),
+        // so the originals sent at 0 are not yet overdue.
+        let mut r = flight(5, t(0));
+        r.on_retransmit(s(1), s(1001), t(200));
+        let sb = Scoreboard::new(4);
+        r.update_delivered(t(320), s(2001), &sb, RTT, MSS, 3);
+        assert_eq!(r.xmit_ts, Some(t(200)));
+        assert_eq!(r.rtt, Duration::from_millis(320));
+        // With a reordering window of a quarter min_rtt the remaining originals are due
+        // 25 ms from now; with the newest segment's RTT (120 ms) they would be overdue by
+        // 175 ms.
+        let reo = Duration::from_millis(25);
+        let (n, timer) = r.detect_loss(t(320), reo);
+        assert_eq!((n, timer), (0, Some(reo)));
     }
 
     #[test]

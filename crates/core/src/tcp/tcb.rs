@@ -17,6 +17,7 @@
 use super::assembler::Assembler;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
 use super::info::{Chrono, InfoState};
+use super::prr::Prr;
 use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
@@ -65,6 +66,8 @@ pub struct TcbStats {
     pub rcv_drops_full: u64,
     pub bad_acks: u64,
     pub recoveries: u64,
+    /// Segments sent in SACK fast recovery, paced by PRR (RFC 9937).
+    pub prr_segs: u64,
     pub rtt_samples: u64,
     /// SYN-SENT or SYN-RECEIVED went straight to CLOSED (RFC 4022 tcpAttemptFails).
     pub attempt_fails: u64,
@@ -282,6 +285,8 @@ pub struct Tcb {
     pub(super) sb: Scoreboard,
     /// RACK-TLP per-segment state and timers (`rack.rs`).
     pub(super) rack: Rack,
+    /// Proportional Rate Reduction in SACK fast recovery (`prr.rs`).
+    pub(super) prr: Prr,
     pub(super) recovery: Recovery,
     /// RFC 6675 RecoveryPoint / RFC 6582 "recover".
     pub(super) recover: SeqNum,
@@ -453,6 +458,7 @@ impl Tcb {
             ts_rtt_floor: None,
             sb,
             rack: Rack::new(),
+            prr: Prr::default(),
             recovery: Recovery::Open,
             recover: spec.iss,
             high_rxt: spec.iss,
