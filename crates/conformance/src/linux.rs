@@ -297,7 +297,12 @@ const TUN_F_CSUM: libc::c_ulong = 0x01;
 fn open_tun() -> R<OwnedFd> {
     let path = c"/dev/net/tun";
     // SAFETY: a NUL-terminated path; the flags are plain integers.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK) };
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(os_err("open /dev/net/tun"));
     }
@@ -733,7 +738,7 @@ impl Worker {
                 let ty = larg(sc, 1)?.unwrap_or(1);
                 let proto = larg(sc, 2)?.unwrap_or(0);
                 // SAFETY: plain integer arguments.
-                let fd = unsafe { libc::socket(2, ty as i32, proto as i32) };
+                let fd = unsafe { libc::socket(2, ty as i32 | libc::SOCK_CLOEXEC, proto as i32) };
                 if fd < 0 {
                     return none(Err(errno_name()));
                 }
@@ -789,8 +794,14 @@ impl Worker {
                     0
                 };
                 // SAFETY: NULL address and length are allowed (the peer is not wanted).
-                let r =
-                    unsafe { libc::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), flags) };
+                let r = unsafe {
+                    libc::accept4(
+                        fd,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        flags | libc::SOCK_CLOEXEC,
+                    )
+                };
                 if r < 0 {
                     return none(Err(errno_name()));
                 }
@@ -1093,6 +1104,9 @@ impl Worker {
                 if r < 0 {
                     return none(Err(errno_name()));
                 }
+                // SAFETY: F_SETFD on the descriptor just created (close-on-exec, so shell
+                // lines never inherit it).
+                unsafe { libc::fcntl(r, libc::F_SETFD, libc::FD_CLOEXEC) };
                 let want = crate::run::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(r, want);
                 none(Ok(s))
@@ -1256,7 +1270,9 @@ struct Pending {
 struct Runner {
     t0: WallInstant,
     tun: OwnedFd,
-    ev: OwnedFd,
+    /// Shared with the worker, which writes to it after each call: it stays open as long
+    /// as either holds it.
+    ev: Arc<OwnedFd>,
     flow: Flow,
     tol: Duration,
     captured: VecDeque<(Instant, Vec<u8>)>,
@@ -1270,6 +1286,8 @@ struct Runner {
     cc: Arc<Mutex<String>>,
     /// The system calls that cannot block, run on this thread.
     inline: Worker,
+    /// The worker was left in a call teardown could not wake: its descriptors stay open.
+    abandoned: bool,
     max_time: Instant,
     trace: Vec<String>,
     buf: Vec<u8>,
@@ -1322,7 +1340,7 @@ impl Runner {
             return Err(os_err("eventfd"));
         }
         // SAFETY: just created, owned by nobody else.
-        let ev = unsafe { OwnedFd::from_raw_fd(ev) };
+        let ev = Arc::new(unsafe { OwnedFd::from_raw_fd(ev) });
         let fds: Fds = Arc::new(Mutex::new(BTreeMap::new()));
         let cc = Arc::new(Mutex::new(String::from("cubic")));
         let (jtx, jrx) = mpsc::channel::<Job>();
@@ -1345,6 +1363,7 @@ impl Runner {
             last_fd: None,
             dir: dir.to_path_buf(),
             cc: cc.clone(),
+            abandoned: false,
             inline: Worker {
                 fds: fds.clone(),
                 t0: WallInstant::now(),
@@ -1363,7 +1382,7 @@ impl Runner {
         r.t0 = WallInstant::now();
         r.inline.t0 = r.t0;
         let t0 = r.t0;
-        let evfd = r.ev.as_raw_fd();
+        let evfd = r.ev.clone();
         let w = Worker {
             fds,
             t0,
@@ -1381,9 +1400,9 @@ impl Runner {
                             break;
                         }
                         let one: u64 = 1;
-                        // SAFETY: an 8-byte write to our eventfd (it outlives the worker:
-                        // the runner joins this thread before dropping it).
-                        unsafe { libc::write(evfd, std::ptr::addr_of!(one).cast(), 8) };
+                        // SAFETY: an 8-byte write to the eventfd, which this thread keeps
+                        // open through its own `Arc` (also if the runner gives up on it).
+                        unsafe { libc::write(evfd.as_raw_fd(), std::ptr::addr_of!(one).cast(), 8) };
                     }
                 })
                 .map_err(|e| Stop::Error(format!("worker thread: {e}")))?,
@@ -1858,22 +1877,32 @@ impl Runner {
                 rest.push('\n');
             }
         }
-        // A sysctl outside net.* would change the host, not the namespace.
-        for w in rest.split(|c: char| c.is_whitespace() || c == '`' || c == '"') {
+        // A sysctl outside net.* would change the host, not the namespace, and a command
+        // that enters another namespace would leave this one. The corpus is trusted data;
+        // this is a guard against mistakes, not a sandbox.
+        for w in rest.split(|c: char| c.is_whitespace() || c == '`' || c == '"' || c == ';') {
             let key = w.split('=').next().unwrap_or("");
-            if [
-                "kernel.",
-                "vm.",
-                "fs.",
-                "dev.",
-                "/proc/sys/kernel",
-                "/proc/sys/vm",
+            let proc_outside_net =
+                key.starts_with("/proc/sys/") && !key.starts_with("/proc/sys/net/");
+            let dotted = [
+                "kernel", "vm", "fs", "dev", "user", "abi", "debug", "crypto",
             ]
             .iter()
-            .any(|p| key.starts_with(p))
-            {
+            .any(|p| {
+                key.strip_prefix(p)
+                    .is_some_and(|r| r.starts_with('.') || r.starts_with('/'))
+            });
+            if proc_outside_net || dotted {
                 return unsup(format!("line {line}: a sysctl outside net.: {key}"));
             }
+            if ["nsenter", "unshare", "chroot"].contains(&w) {
+                return unsup(format!("line {line}: `{w}` would leave the namespace"));
+            }
+        }
+        if rest.contains("netns exec") {
+            return unsup(format!(
+                "line {line}: `ip netns exec` would leave the namespace"
+            ));
         }
         if rest.trim().is_empty() {
             return Ok(());
@@ -1965,6 +1994,10 @@ impl Runner {
     /// Wakes any call still blocked (shutdown of every socket), stops and joins the
     /// worker, then closes every descriptor the script left open.
     fn teardown(&mut self) {
+        if self.abandoned {
+            // The worker may still be in a call on one of these descriptors.
+            return;
+        }
         let fds: Vec<RawFd> = lock(&self.fds).values().copied().collect();
         for &fd in &fds {
             // SAFETY: shutdown on an fd we own; harmless on a non-socket.
@@ -1991,6 +2024,7 @@ impl Runner {
                 // leave the worker and its descriptors (the fds stay open, so no number
                 // is reused under it); it ends when the call does.
                 std::mem::forget(w);
+                self.abandoned = true;
                 return;
             }
         }
@@ -2031,6 +2065,13 @@ fn shell_words(l: &str) -> Vec<String> {
         out.push(cur);
     }
     out
+}
+
+impl Drop for Runner {
+    /// Also on a panic: wake and stop the worker, close the script's descriptors.
+    fn drop(&mut self) {
+        self.teardown();
+    }
 }
 
 /// A field of the kernel's `struct tcp_info` (UAPI layout) by its name.

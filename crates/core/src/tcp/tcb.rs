@@ -939,6 +939,9 @@ impl Tcb {
     pub fn set_cork(&mut self, now: Instant, on: bool) {
         self.cork = on;
         if on {
+            // A new cork holds what comes next; an earlier TCP_NODELAY push that the
+            // window has not let out yet does not carry over to it.
+            self.push_once = false;
             if self.send_unsent() > 0 && self.cork_deadline.is_none() {
                 self.cork_deadline = Some(now + self.set.cork_interval);
             }
