@@ -183,6 +183,18 @@ impl Cc {
             Cc::NewReno(_) => CcAlgorithm::NewReno,
         }
     }
+
+    /// Undoes a congestion response shown spurious (RFC 3708 detection; RFC 4015 §3
+    /// response, as Linux does it): cwnd = max(cwnd, prior cwnd) and ssthresh =
+    /// max(ssthresh, prior ssthresh), where `prior` is the controller as it was before
+    /// the response. The rest of the current state is kept.
+    pub fn undo_from(&mut self, prior: &Cc) {
+        match (self, prior) {
+            (Cc::Cubic(c), Cc::Cubic(p)) => c.undo_from(p),
+            (Cc::NewReno(c), Cc::NewReno(p)) => c.undo_from(p),
+            _ => {}
+        }
+    }
 }
 
 impl CongestionControl for Cc {
