@@ -25,10 +25,17 @@
 //! SACK was negotiated) it replaces the DupThresh rules of RFC 6675 for entering fast
 //! recovery and choosing what to retransmit; without SACK the RFC 5681/6582 rules stay.
 //!
+//! * Undo (RFC 3708 detection, the RFC 4015 §3 response as Linux does it): a RACK-started
+//!   recovery snapshots congestion control; if D-SACKs show every retransmission sent
+//!   during that episode spurious, cwnd and ssthresh return to at least their prior
+//!   values. The snapshot expires one round trip after the recovery ends.
+//!
 //! Bounds: at most [`MAX_SEGS`] records (beyond it new segments merge into the last
-//! record, and retransmissions stop splitting records at twice that); everything is
-//! O(records) at worst per ACK and allocation-free after the deque has grown; nothing
-//! panics.
+//! record, and RFC 6675's DupThresh rules decide losses again while any record is
+//! merged, since RACK cannot see a loss inside one); at twice that, a retransmission
+//! merges another pair of records in the same state to make room for its split;
+//! everything is O(records) at worst per ACK and allocation-free after the deque has
+//! grown; nothing panics.
 
 use super::cc::{Cc, CongestionControl};
 use super::sack::Scoreboard;
@@ -305,12 +312,13 @@ impl Rack {
     /// whose transmit times no longer matter), neither of them record `keep`, to make
     /// room at the bound. Returns `keep`'s index afterwards, or `None` if no pair fits.
     fn compact(&mut self, keep: usize) -> Option<usize> {
+        // Two SACKed records merge whatever their other marks (delivered: those no
+        // longer count).
         let same = |a: &Seg, b: &Seg| {
             a.end == b.start
                 && a.sacked == b.sacked
-                && a.lost == b.lost
-                && a.rxt_out == b.rxt_out
-                && a.retrans == b.retrans
+                && (a.sacked
+                    || (a.lost == b.lost && a.rxt_out == b.rxt_out && a.retrans == b.retrans))
         };
         let n = self.segs.len();
         let pick = |want_sacked: bool| {
@@ -326,6 +334,10 @@ impl Rack {
         let m = Seg {
             end: b.end,
             xmit: a.xmit.max(b.xmit),
+            // Conservative marks should the receiver renege on the SACK.
+            retrans: a.retrans || b.retrans,
+            lost: a.lost || b.lost,
+            rxt_out: a.rxt_out && b.rxt_out,
             // A loss hides in a merged record unless all of it was delivered.
             merged: a.merged || b.merged || !a.sacked,
             ..a
@@ -1242,6 +1254,81 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(r.next_lost(1000), Some((s(1001), 1000)));
         assert_eq!(r.pipe(), 1000);
+    }
+
+    #[test]
+    fn merged_records_saturate_tracking_until_acknowledged() {
+        let mut r = flight(MAX_SEGS as u32 + 10, t(0));
+        assert_eq!(r.len(), MAX_SEGS);
+        assert!(r.saturated());
+        let sb = Scoreboard::new(4);
+        r.update_delivered(
+            t(100),
+            s(1 + (MAX_SEGS as u32 + 10) * MSS),
+            &sb,
+            RTT,
+            MSS,
+            3,
+        );
+        assert!(r.is_empty());
+        assert!(!r.saturated());
+    }
+
+    #[test]
+    fn clear_sacked_lets_an_rto_mark_everything_lost() {
+        let mut r = flight(4, t(0));
+        let sb = sacked(&[(1001, 4001)], 1, 4001);
+        r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3);
+        assert_eq!(r.sacked_segments(), 3);
+        r.clear_sacked();
+        assert_eq!(r.sacked_segments(), 0);
+        r.mark_all_lost();
+        assert_eq!(r.lost_segments(), 4);
+        assert_eq!(r.pipe(), 0);
+    }
+
+    #[test]
+    fn dsack_tells_whether_the_retransmission_belongs_to_the_episode() {
+        let mut r = flight(4, t(0));
+        r.on_retransmit(s(3001), s(4001), t(50));
+        let cc = Cc::new(super::super::cc::CcAlgorithm::NewReno, MSS, 10);
+        r.start_undo_episode(cc, s(1));
+        r.on_retransmit(s(1), s(1001), t(60));
+        assert_eq!(r.on_dsack((s(3001), s(4001)), s(4001)), Some(false));
+        assert_eq!(r.on_dsack((s(1), s(1001)), s(4001)), Some(true));
+        assert_eq!(r.on_dsack((s(1001), s(2001)), s(4001)), None);
+    }
+
+    #[test]
+    fn retransmission_at_the_bound_marks_only_its_range() {
+        // 10-byte segments; the tail beyond MAX_SEGS merges into the last record.
+        let mut r = Rack::new();
+        let n = MAX_SEGS as u32 + 5000;
+        for i in 0..n {
+            r.on_send(s(1 + i * 10), s(11 + i * 10), t(0));
+        }
+        r.mark_all_lost();
+        // Splitting the first byte off every record reaches twice the bound.
+        for i in 0..MAX_SEGS as u32 {
+            r.on_retransmit(s(1 + i * 10), s(2 + i * 10), t(10));
+        }
+        assert_eq!(r.len(), 2 * MAX_SEGS);
+        // Some records delivered (a pair of adjacent SACKed records can merge).
+        let sb = sacked(&[(1001, 2001)], 1, 1 + n * 10);
+        r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3);
+        // Retransmit the next 10 bytes of the merged tail record.
+        let tail = 2 + (MAX_SEGS as u32 - 1) * 10;
+        let (seq, len) = r.next_lost(10).unwrap();
+        assert_eq!((seq, len), (s(2), 9));
+        r.on_retransmit(s(tail), s(tail + 10), t(110));
+        assert!(r.len() <= 2 * MAX_SEGS);
+        // The bytes after the retransmitted range are still lost, not in flight.
+        let after = r
+            .segs
+            .iter()
+            .find(|x| x.start <= s(tail + 10) && x.end > s(tail + 10));
+        let after = after.copied().unwrap();
+        assert!(after.lost && !after.rxt_out, "{after:?}");
     }
 
     #[test]
