@@ -290,6 +290,31 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn undo_takes_the_larger_cwnd_and_ssthresh() {
+        for alg in [CcAlgorithm::Cubic, CcAlgorithm::NewReno] {
+            let now = Instant::from_millis(1000);
+            let prior = Cc::new(alg, 1000, 10);
+            let mut reduced = prior.clone();
+            reduced.on_congestion_event(now, 10_000);
+            assert!(reduced.cwnd() < prior.cwnd() && reduced.ssthresh() < prior.ssthresh());
+            // Undoing the reduction restores both.
+            let mut cur = reduced.clone();
+            cur.undo_from(&prior);
+            assert_eq!(
+                (cur.cwnd(), cur.ssthresh()),
+                (prior.cwnd(), prior.ssthresh())
+            );
+            // A prior state smaller than the current one changes nothing.
+            let mut cur = prior.clone();
+            cur.undo_from(&reduced);
+            assert_eq!(
+                (cur.cwnd(), cur.ssthresh()),
+                (prior.cwnd(), prior.ssthresh())
+            );
+        }
+    }
+
+    #[test]
     fn algorithm_names_round_trip() {
         assert_eq!(CcAlgorithm::default(), CcAlgorithm::Cubic);
         for alg in [CcAlgorithm::Cubic, CcAlgorithm::NewReno] {
