@@ -291,3 +291,202 @@ fn spurious_rack_recovery_is_undone() {
     assert_eq!((after.cwnd, after.ssthresh), (before.cwnd, before.ssthresh));
     assert!(o.tcb.rack_info().2, "reordering recorded");
 }
+
+/// RFC 3708 §3 counts only the episode's own retransmissions: a D-SACK for a loss probe
+/// sent before a RACK recovery began (its original arrived late) does not show that the
+/// recovery's retransmission of a genuinely lost segment was spurious.
+#[test]
+fn dsack_of_an_earlier_probe_does_not_undo_a_genuine_recovery() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 10);
+    let before = o.tcb.info();
+    // Nothing comes back: the PTO probes the tail (segment 10 again).
+    o.next_timer().expect("PTO");
+    assert_eq!(sent(&mut o), vec![(m(9), MSS as usize)]);
+    o.advance(ms(5));
+    // Segments 1-2 acknowledged, 4-10 SACKed: segment 3 was really lost.
+    sack_to(&mut o, &mut p, m(2), &[(m(3), m(10))]);
+    if !o.tcb.info().in_recovery {
+        o.next_timer().expect("reorder timer");
+    }
+    assert!(o.tcb.info().in_recovery);
+    assert!(sent(&mut o).contains(&(m(2), MSS as usize)));
+    // The probe's D-SACK, then the retransmission of segment 3 arrives.
+    sack_to(&mut o, &mut p, m(2), &[(m(9), m(10)), (m(3), m(10))]);
+    assert_eq!(o.tcb.stats().spurious_rtx, 1, "the probe was spurious");
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(10), &[]);
+    let after = o.tcb.info();
+    assert!(!after.in_recovery);
+    assert!(
+        after.ssthresh < before.ssthresh,
+        "a genuine loss was undone: ssthresh {} before {}",
+        after.ssthresh,
+        before.ssthresh
+    );
+}
+
+/// The undo snapshot of a RACK recovery expires a round trip after the recovery ends: a
+/// D-SACK arriving many rounds later leaves the congestion state alone.
+#[test]
+fn late_dsack_does_not_restore_a_stale_snapshot() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 10);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(2), &[(m(3), m(10))]);
+    assert!(o.tcb.info().in_recovery);
+    assert!(sent(&mut o).contains(&(m(2), MSS as usize)));
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, m(10), &[]);
+    assert!(!o.tcb.info().in_recovery);
+    // Many clean rounds.
+    let mut off = m(10);
+    for _ in 0..40 {
+        let w = (o.tcb.info().cwnd / MSS).max(1);
+        o.write(&pattern(m(w) as usize));
+        let s = sent(&mut o);
+        o.advance(RTT);
+        off += s.iter().map(|x| x.1 as u32).sum::<u32>();
+        sack_to(&mut o, &mut p, off, &[]);
+    }
+    let grown = o.tcb.info();
+    sack_to(&mut o, &mut p, off, &[(m(2), m(3))]);
+    let after = o.tcb.info();
+    assert_eq!(
+        (after.cwnd, after.ssthresh),
+        (grown.cwnd, grown.ssthresh),
+        "state rewound by a stale snapshot"
+    );
+}
+
+/// The undo within the episode's round trip raises cwnd and ssthresh back to at least
+/// their prior values (as Linux does) and keeps what grew since.
+#[test]
+fn undo_keeps_a_larger_current_window() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    let before = o.tcb.info();
+    send_segments(&mut o, 4);
+    o.advance(RTT);
+    sack_to(&mut o, &mut p, 0, &[(m(3), m(4))]);
+    o.next_timer().expect("reorder timer");
+    let rtx = sent(&mut o);
+    assert_eq!(rtx.len(), 1, "{rtx:?}");
+    sack_to(&mut o, &mut p, m(4), &[]);
+    assert!(!o.tcb.info().in_recovery);
+    assert!(o.tcb.info().ssthresh < before.ssthresh);
+    let (off, len) = rtx[0];
+    sack_to(&mut o, &mut p, m(4), &[(off, off + len as u32)]);
+    let after = o.tcb.info();
+    assert_eq!(after.stats.spurious_rtx, 1);
+    assert!(after.cwnd >= before.cwnd && after.ssthresh == before.ssthresh);
+}
+
+/// RFC 2018 §8: after a second timeout in a row the SACK information is discarded, and
+/// RACK's per-segment SACK marks with it, so every outstanding segment is retransmitted
+/// (RFC 8985 §6.3) and a receiver that reneged gets its data without a third timeout.
+#[test]
+fn second_rto_forgets_racks_sack_marks() {
+    let (mut o, mut p) = sacky(TcpSettings::default());
+    send_segments(&mut o, 10);
+    o.advance(RTT);
+    // Segment 1 lost, 2-10 SACKed: RACK retransmits segment 1.
+    sack_to(&mut o, &mut p, 0, &[(m(1), m(10))]);
+    if !o.tcb.info().in_recovery {
+        o.next_timer().expect("reorder timer");
+    }
+    assert_eq!(sent(&mut o), vec![(0, MSS as usize)]);
+    // Nothing more arrives: two timeouts, each retransmitting the head.
+    for k in 1..=2 {
+        o.next_timer().expect("RTO");
+        assert_eq!(o.tcb.stats().timeouts, k);
+        let s = sent(&mut o);
+        assert_eq!(s.first(), Some(&(0, MSS as usize)), "{s:?}");
+    }
+    // RFC 8985 §6.3: every outstanding segment is now deemed lost.
+    assert_eq!(
+        o.tcb.info().lost,
+        10,
+        "SACK marks survived the second timeout"
+    );
+    // The receiver reneged: it acknowledges segment 1 and reports no SACK block.
+    sack_to(&mut o, &mut p, m(1), &[]);
+    let mut off = m(1);
+    let mut rounds = 0;
+    while off < m(10) && rounds < 20 {
+        let s = sent(&mut o);
+        if let Some(&(first, _)) = s.first() {
+            assert_eq!(first, off, "{s:?}");
+            off += s.iter().map(|x| x.1 as u32).sum::<u32>();
+        } else {
+            // Wait for a timer; a third timeout means the segments were stranded.
+            o.next_timer().expect("timer");
+            continue;
+        }
+        o.advance(ms(10));
+        sack_to(&mut o, &mut p, off, &[]);
+        rounds += 1;
+    }
+    assert_eq!(off, m(10));
+    assert_eq!(o.tcb.stats().timeouts, 2, "stranded until a third RTO");
+}
+
+/// More than `rack::MAX_SEGS` segments in flight merge RACK's records; a loss inside a
+/// merged record is invisible to RACK, so RFC 6675's DupThresh rule starts recovery and
+/// the hole is repaired without a timeout.
+#[test]
+fn loss_inside_merged_records_is_repaired_without_rto() {
+    const SMALL: u32 = 100;
+    let mut opts = TcpOptions::default();
+    opts.mss = Some(SMALL as u16);
+    opts.sack_permitted = true;
+    opts.window_scale = Some(8);
+    // An initial window big enough for the whole flight.
+    let set = TcpSettings {
+        init_cwnd: 7000,
+        ..TcpSettings::default()
+    };
+    let (mut o, mut p) = One::established_after(set, opts, 65535, RTT);
+    o.tcb.set_send_buffer(16 << 20);
+    let off = 0u32;
+    let want = 5000u32;
+    sack_to(&mut o, &mut p, off, &[]);
+    o.take_all();
+    o.write(&pattern((want * SMALL) as usize));
+    let segs: Vec<_> = o.take_all().into_iter().filter(|x| x.len() > 0).collect();
+    // Full-sized segments (the MSS option's 100 is raised to ember's minimum).
+    let seg = segs[0].len() as u32;
+    assert!(segs.iter().all(|x| x.len() as u32 == seg));
+    // Well beyond `rack::MAX_SEGS` (4096) in flight.
+    let n = segs.len() as u32;
+    assert!(n >= 4600, "sent {n}");
+    let h = n - 100;
+    let base = off;
+    o.advance(RTT);
+    // All below segment h acknowledged; h lost (inside the merged tail); the rest SACKed, ACK by ACK.
+    sack_to(&mut o, &mut p, base + h * seg, &[]);
+    for k in (h + 1)..n {
+        sack_to(
+            &mut o,
+            &mut p,
+            base + h * seg,
+            &[(base + (h + 1) * seg, base + (k + 1) * seg)],
+        );
+    }
+    let hole = base + h * seg;
+    let mut repaired = o
+        .take_all()
+        .iter()
+        .any(|x| x.len() > 0 && x.seq().wrapping_sub(BASE) == hole);
+    for _ in 0..20 {
+        if repaired {
+            break;
+        }
+        o.next_timer();
+        repaired = o
+            .take_all()
+            .iter()
+            .any(|x| x.len() > 0 && x.seq().wrapping_sub(BASE) == hole);
+    }
+    assert!(repaired);
+    assert_eq!(o.tcb.stats().timeouts, 0, "needed an RTO");
+}

@@ -452,7 +452,7 @@ impl Tcb {
         let delivered_data = acked
             .saturating_sub(delivered_before)
             .saturating_add(newly_sacked);
-        let new_loss = if self.rack_active() {
+        let new_loss = if self.rack_loss_detection() {
             self.stats.rack_losses > prior_losses
         } else {
             self.sb
@@ -627,7 +627,7 @@ impl Tcb {
         let mss = self.mss();
         match self.recovery {
             Recovery::Open => {
-                if self.rack_active() {
+                if self.rack_loss_detection() {
                     // RACK (RFC 8985, `rack.rs`) decides what is lost instead.
                     return;
                 }

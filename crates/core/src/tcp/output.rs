@@ -161,7 +161,7 @@ impl Tcb {
         match self.recovery {
             Recovery::Open => self.in_flight().saturating_sub(self.sb.sacked_bytes()),
             // RACK's marks (RFC 8985, `rack.rs`).
-            Recovery::Fast if self.rack_active() => self.rack.pipe(),
+            Recovery::Fast if self.rack_loss_detection() => self.rack.pipe(),
             Recovery::Fast => self.sb.pipe(
                 self.snd_una,
                 self.snd_nxt,
@@ -219,7 +219,7 @@ impl Tcb {
                 Recovery::Open => None,
                 Recovery::Fast if !self.sack_ok => None,
                 // RACK (RFC 8985 §6.2) marks what is lost; no RFC 6675 rule 3.
-                Recovery::Fast if self.rack_active() => {
+                Recovery::Fast if self.rack_loss_detection() => {
                     if rule3 {
                         None
                     } else {

@@ -25,10 +25,17 @@
 //! SACK was negotiated) it replaces the DupThresh rules of RFC 6675 for entering fast
 //! recovery and choosing what to retransmit; without SACK the RFC 5681/6582 rules stay.
 //!
+//! * Undo (RFC 3708 detection, the RFC 4015 §3 response as Linux does it): a RACK-started
+//!   recovery snapshots congestion control; if D-SACKs show every retransmission sent
+//!   during that episode spurious, cwnd and ssthresh return to at least their prior
+//!   values. The snapshot expires one round trip after the recovery ends.
+//!
 //! Bounds: at most [`MAX_SEGS`] records (beyond it new segments merge into the last
-//! record, and retransmissions stop splitting records at twice that); everything is
-//! O(records) at worst per ACK and allocation-free after the deque has grown; nothing
-//! panics.
+//! record, and RFC 6675's DupThresh rules decide losses again while any record is
+//! merged, since RACK cannot see a loss inside one); at twice that, a retransmission
+//! merges another pair of records in the same state to make room for its split;
+//! everything is O(records) at worst per ACK and allocation-free after the deque has
+//! grown; nothing panics.
 
 use super::cc::{Cc, CongestionControl};
 use super::sack::Scoreboard;
@@ -68,6 +75,9 @@ struct Seg {
     lost: bool,
     /// A retransmission of it is in flight (sent after it was marked lost, or forced).
     rxt_out: bool,
+    /// Holds several segments merged by the [`MAX_SEGS`] bound: RACK cannot tell a loss
+    /// inside it from a delivery.
+    merged: bool,
 }
 
 impl Seg {
@@ -91,6 +101,8 @@ pub struct Rack {
     n_lost: u32,
     /// Records with a retransmission in flight and not SACKed (`tcpi_retrans`).
     n_rxt: u32,
+    /// Records holding merged segments.
+    n_merged: u32,
     /// RACK.xmit_ts / RACK.end_seq: the most recently sent delivered segment.
     xmit_ts: Option<Instant>,
     end_seq: SeqNum,
@@ -118,14 +130,18 @@ pub struct Rack {
     tlp_is_retrans: bool,
     /// The probe's own range, to match a DSACK for it.
     tlp_range: (SeqNum, SeqNum),
-    /// Recently retransmitted ranges (RFC 3708-style spurious detection by DSACK).
-    rtx_ranges: [(SeqNum, SeqNum); RTX_MEMORY],
+    /// Recently retransmitted ranges (RFC 3708-style spurious detection by DSACK), and
+    /// whether each was sent during the episode `undo` belongs to.
+    rtx_ranges: [(SeqNum, SeqNum, bool); RTX_MEMORY],
     rtx_next: usize,
     /// Congestion control as it was before the last RACK-started recovery, and the
     /// retransmissions of that episode not yet shown spurious by a DSACK, and SND.UNA
     /// when it began (older DSACKs belong to earlier episodes). RFC 3708 detection; the
     /// response restores the state, as RFC 4015 §3 does for Eifel.
     undo: Option<(Cc, u32, SeqNum)>,
+    /// When `undo` expires: one round trip after its recovery ended (a D-SACK later
+    /// than that no longer says anything about the episode's response).
+    undo_expiry: Option<Instant>,
 }
 
 impl Default for Rack {
@@ -150,6 +166,7 @@ impl Rack {
             n_sacked: 0,
             n_lost: 0,
             n_rxt: 0,
+            n_merged: 0,
             xmit_ts: None,
             end_seq: SeqNum(0),
             rtt: Duration::ZERO,
@@ -166,9 +183,10 @@ impl Rack {
             tlp_end_seq: None,
             tlp_is_retrans: false,
             tlp_range: (SeqNum(0), SeqNum(0)),
-            rtx_ranges: [(SeqNum(0), SeqNum(0)); RTX_MEMORY],
+            rtx_ranges: [(SeqNum(0), SeqNum(0), false); RTX_MEMORY],
             rtx_next: 0,
             undo: None,
+            undo_expiry: None,
         }
     }
 
@@ -200,6 +218,7 @@ impl Rack {
         cnt(&mut self.n_sacked, s.sacked);
         cnt(&mut self.n_lost, s.lost && !s.sacked);
         cnt(&mut self.n_rxt, s.rxt_out && !s.sacked);
+        cnt(&mut self.n_merged, s.merged);
     }
 
     /// Replaces record `i` (keeping the sums right).
@@ -241,6 +260,7 @@ impl Rack {
             sacked: false,
             lost: false,
             rxt_out: false,
+            merged: false,
         };
         if self.segs.len() >= MAX_SEGS {
             // Bound: extend the last record instead (its transmit time becomes now).
@@ -249,6 +269,7 @@ impl Rack {
                 if last.end == start && !last.sacked && !last.lost {
                     last.end = end;
                     last.xmit = now;
+                    last.merged = true;
                     self.set(i, last);
                     return;
                 }
@@ -287,22 +308,81 @@ impl Rack {
         self.segs.partition_point(|s| s.end <= seq)
     }
 
+    /// Merges one pair of adjacent records in the same state (preferring SACKed ones,
+    /// whose transmit times no longer matter), neither of them record `keep`, to make
+    /// room at the bound. Returns `keep`'s index afterwards, or `None` if no pair fits.
+    fn compact(&mut self, keep: usize) -> Option<usize> {
+        // Two SACKed records merge whatever their other marks (delivered: those no
+        // longer count).
+        let same = |a: &Seg, b: &Seg| {
+            a.end == b.start
+                && a.sacked == b.sacked
+                && (a.sacked
+                    || (a.lost == b.lost && a.rxt_out == b.rxt_out && a.retrans == b.retrans))
+        };
+        let n = self.segs.len();
+        let pick = |want_sacked: bool| {
+            (0..n.saturating_sub(1)).find(|&j| {
+                j != keep
+                    && j + 1 != keep
+                    && self.segs[j].sacked == want_sacked
+                    && same(&self.segs[j], &self.segs[j + 1])
+            })
+        };
+        let j = pick(true).or_else(|| pick(false))?;
+        let (a, b) = (self.segs[j], self.segs[j + 1]);
+        let m = Seg {
+            end: b.end,
+            xmit: a.xmit.max(b.xmit),
+            // Conservative marks should the receiver renege on the SACK.
+            retrans: a.retrans || b.retrans,
+            lost: a.lost || b.lost,
+            rxt_out: a.rxt_out && b.rxt_out,
+            // A loss hides in a merged record unless all of it was delivered.
+            merged: a.merged || b.merged || !a.sacked,
+            ..a
+        };
+        self.account(&b, false);
+        self.segs.remove(j + 1);
+        self.set(j, m);
+        Some(if j + 1 < keep { keep - 1 } else { keep })
+    }
+
+    /// Splits record `i` at `at`, merging another pair of records first if the bound
+    /// requires. Returns record `i`'s (lower part's) index and whether it was split.
+    fn split_room(&mut self, i: usize, at: SeqNum) -> (usize, bool) {
+        if self.split(i, at) {
+            return (i, true);
+        }
+        let inside = self.segs.get(i).is_some_and(|s| at > s.start && at < s.end);
+        if !inside {
+            return (i, false);
+        }
+        match self.compact(i) {
+            Some(k) => (k, self.split(k, at)),
+            None => (i, false),
+        }
+    }
+
     /// `[start, end)` was retransmitted at `now`: its records get the new transmit time
-    /// and a retransmission in flight (splitting records at the range's edges).
+    /// and a retransmission in flight (splitting records at the range's edges; at the
+    /// bound another pair of records is merged to make room, so bytes outside the range
+    /// are not marked, unless no pair can be merged).
     pub fn on_retransmit(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
         if end <= start {
             return;
         }
         let mut i = self.find(start);
-        if self.segs.get(i).is_some_and(|s| s.start < start) && self.split(i, start) {
-            i += 1;
+        if self.segs.get(i).is_some_and(|s| s.start < start) {
+            let (k, ok) = self.split_room(i, start);
+            i = if ok { k + 1 } else { k };
         }
         while let Some(s) = self.segs.get(i).copied() {
             if s.start >= end {
                 break;
             }
             if s.end > end {
-                self.split(i, end);
+                i = self.split_room(i, end).0;
             }
             let s = self.segs[i];
             self.set(
@@ -316,7 +396,7 @@ impl Rack {
             );
             i += 1;
         }
-        self.rtx_ranges[self.rtx_next] = (start, end);
+        self.rtx_ranges[self.rtx_next] = (start, end, self.undo.is_some());
         self.rtx_next = (self.rtx_next + 1) % RTX_MEMORY;
     }
 
@@ -434,8 +514,10 @@ impl Rack {
 
     /// RFC 8985 §6.2 step 4, DSACK part: a DSACK block `d` arrived. Grows the reordering
     /// window multiplier once per round trip, and tells whether the block reports a
-    /// retransmission we made recently (a spurious retransmission, RFC 3708 §3).
-    pub fn on_dsack(&mut self, d: (SeqNum, SeqNum), snd_nxt: SeqNum) -> bool {
+    /// retransmission we made recently (a spurious retransmission, RFC 3708 §3): `None`
+    /// if not, else whether that retransmission was sent during the current undo
+    /// episode (only those can show the episode's response spurious).
+    pub fn on_dsack(&mut self, d: (SeqNum, SeqNum), snd_nxt: SeqNum) -> Option<bool> {
         if self.dsack_round.is_none() {
             self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1).min(64);
             self.dsack_round = Some(snd_nxt);
@@ -443,15 +525,52 @@ impl Rack {
         }
         for r in self.rtx_ranges.iter_mut() {
             if r.1 > r.0 && d.0 >= r.0 && d.1 <= r.1 && d.1 > d.0 {
-                *r = (SeqNum(0), SeqNum(0));
+                let in_episode = r.2;
+                *r = (SeqNum(0), SeqNum(0), false);
                 // The original arrived after all: the network reorders (a spurious
                 // retransmission is the reordering §6.2 step 3 cannot see, because the
                 // segment was retransmitted before its original was delivered).
                 self.reordering_seen = true;
-                return true;
+                return Some(in_episode);
             }
         }
-        false
+        None
+    }
+
+    /// Takes the undo snapshot `cc` as a recovery starts. Retransmissions sent before
+    /// belong to no episode: a D-SACK for one of them (e.g. a loss probe whose original
+    /// arrived late) says nothing about this episode's retransmissions.
+    fn start_undo_episode(&mut self, cc: Cc, snd_una: SeqNum) {
+        for r in self.rtx_ranges.iter_mut() {
+            r.2 = false;
+        }
+        self.undo = Some((cc, 0, snd_una));
+        self.undo_expiry = None;
+    }
+
+    /// Forgets the undo snapshot.
+    fn drop_undo(&mut self) {
+        self.undo = None;
+        self.undo_expiry = None;
+    }
+
+    /// RACK's tracking is saturated: some records hold several merged segments (more
+    /// than [`MAX_SEGS`] in flight), within which it cannot see a loss.
+    pub fn saturated(&self) -> bool {
+        self.n_merged > 0
+    }
+
+    /// The receiver may have reneged (RFC 2018 §8): nothing counts as SACKed any more.
+    pub fn clear_sacked(&mut self) {
+        if self.n_sacked == 0 {
+            return;
+        }
+        for i in 0..self.segs.len() {
+            let s = self.segs[i];
+            if s.sacked {
+                self.set(i, Seg { sacked: false, ..s });
+            }
+        }
     }
 
     /// RFC 8985 §6.2 step 4: the DSACK round ends once SND.UNA passes it.
@@ -631,6 +750,14 @@ impl Tcb {
         self.set.rack && self.sack_ok
     }
 
+    /// RACK decides what is lost (replacing RFC 6675's DupThresh rules): it runs and its
+    /// records are not merged. With more than [`MAX_SEGS`] segments in flight a loss
+    /// inside a merged record is invisible to it, so RFC 6675 (which the SACK
+    /// scoreboard keeps exact) decides again until the merged records are gone.
+    pub(super) fn rack_loss_detection(&self) -> bool {
+        self.rack_active() && !self.rack.saturated()
+    }
+
     fn tlp_active(&self) -> bool {
         self.set.tlp && self.sack_ok
     }
@@ -689,10 +816,10 @@ impl Tcb {
             .saturating_add(u64::from(delivered));
         self.rack.end_dsack_round(self.snd_una);
         if let Some(d) = dsack {
-            if self.rack.on_dsack(d, self.snd_nxt) {
+            if let Some(in_episode) = self.rack.on_dsack(d, self.snd_nxt) {
                 self.stats.spurious_rtx += 1;
                 if let Some((_, n, floor)) = self.rack.undo.as_mut() {
-                    if d.0 >= *floor {
+                    if in_episode && d.0 >= *floor {
                         *n = n.saturating_sub(1);
                     }
                 }
@@ -702,13 +829,25 @@ impl Tcb {
         let in_rec = self.recovery != Recovery::Open;
         if self.rack.was_in_recovery && !in_rec {
             self.rack.on_recovery_end();
+            if self.rack.undo.is_some() {
+                // D-SACKs for the episode's retransmissions arrive within a round trip
+                // of its end; the snapshot is not kept longer.
+                let rtt = self.rtt.srtt().unwrap_or(self.rack.rtt).max(self.rack.rtt);
+                self.rack.undo_expiry = Some(now + rtt);
+            }
         }
         self.rack.was_in_recovery = in_rec;
+        if self.rack.undo_expiry.is_some_and(|t| now > t) {
+            self.rack.drop_undo();
+        }
         // Every retransmission of the last RACK recovery was spurious: undo its
-        // congestion response once the episode is over (RFC 3708 §3, RFC 4015 §3).
+        // congestion response once the episode is over (RFC 3708 §3; the response of
+        // RFC 4015 §3 as Linux does it: cwnd and ssthresh back to at least their prior
+        // values, the rest of the controller's state kept).
         if self.recovery == Recovery::Open && self.rack.undo.as_ref().is_some_and(|u| u.1 == 0) {
             if let Some((cc, _, _)) = self.rack.undo.take() {
-                self.cc = cc;
+                self.rack.undo_expiry = None;
+                self.cc.undo_from(&cc);
                 self.rack.reordering_seen = true;
             }
         }
@@ -739,8 +878,11 @@ impl Tcb {
         if self.rack.lost_segments() > 0 && self.recovery == Recovery::Open {
             // RFC 8985 §6.2 / RFC 6675 §5: start fast recovery; no probe in recovery.
             let flight = self.in_flight();
-            self.rack.undo = Some((self.cc.clone(), 0, self.snd_una));
+            let snapshot = self.cc.clone();
+            self.rack.start_undo_episode(snapshot, self.snd_una);
             self.enter_fast_recovery(now, flight);
+            // Seen by the next ACK's recovery-end check even if entered on this one.
+            self.rack.was_in_recovery = true;
             self.rack.pto_deadline = None;
             self.rack.tlp_pending = false;
         }
@@ -907,7 +1049,7 @@ impl Tcb {
     /// the probe episode and both RACK timers end.
     pub(super) fn rack_on_rto(&mut self) {
         self.rack.mark_all_lost();
-        self.rack.undo = None;
+        self.rack.drop_undo();
         self.rack.pto_deadline = None;
         self.rack.tlp_pending = false;
         self.rack.tlp_end_seq = None;
@@ -1029,12 +1171,12 @@ mod tests {
         r.reordering_seen = true;
         r.on_retransmit(s(1), s(1001), t(50));
         assert!(
-            r.on_dsack((s(1), s(1001)), s(4001)),
+            r.on_dsack((s(1), s(1001)), s(4001)).is_some(),
             "spurious retransmission"
         );
         assert_eq!(r.reo_wnd_mult(), 2);
         // Same round: no further growth, and the range is reported once.
-        assert!(!r.on_dsack((s(1), s(1001)), s(4001)));
+        assert!(r.on_dsack((s(1), s(1001)), s(4001)).is_none());
         assert_eq!(r.reo_wnd_mult(), 2);
         assert_eq!(r.reo_wnd(false, 3, RTT, RTT), Duration::from_millis(50));
         // Capped by SRTT.
@@ -1112,6 +1254,81 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(r.next_lost(1000), Some((s(1001), 1000)));
         assert_eq!(r.pipe(), 1000);
+    }
+
+    #[test]
+    fn merged_records_saturate_tracking_until_acknowledged() {
+        let mut r = flight(MAX_SEGS as u32 + 10, t(0));
+        assert_eq!(r.len(), MAX_SEGS);
+        assert!(r.saturated());
+        let sb = Scoreboard::new(4);
+        r.update_delivered(
+            t(100),
+            s(1 + (MAX_SEGS as u32 + 10) * MSS),
+            &sb,
+            RTT,
+            MSS,
+            3,
+        );
+        assert!(r.is_empty());
+        assert!(!r.saturated());
+    }
+
+    #[test]
+    fn clear_sacked_lets_an_rto_mark_everything_lost() {
+        let mut r = flight(4, t(0));
+        let sb = sacked(&[(1001, 4001)], 1, 4001);
+        r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3);
+        assert_eq!(r.sacked_segments(), 3);
+        r.clear_sacked();
+        assert_eq!(r.sacked_segments(), 0);
+        r.mark_all_lost();
+        assert_eq!(r.lost_segments(), 4);
+        assert_eq!(r.pipe(), 0);
+    }
+
+    #[test]
+    fn dsack_tells_whether_the_retransmission_belongs_to_the_episode() {
+        let mut r = flight(4, t(0));
+        r.on_retransmit(s(3001), s(4001), t(50));
+        let cc = Cc::new(super::super::cc::CcAlgorithm::NewReno, MSS, 10);
+        r.start_undo_episode(cc, s(1));
+        r.on_retransmit(s(1), s(1001), t(60));
+        assert_eq!(r.on_dsack((s(3001), s(4001)), s(4001)), Some(false));
+        assert_eq!(r.on_dsack((s(1), s(1001)), s(4001)), Some(true));
+        assert_eq!(r.on_dsack((s(1001), s(2001)), s(4001)), None);
+    }
+
+    #[test]
+    fn retransmission_at_the_bound_marks_only_its_range() {
+        // 10-byte segments; the tail beyond MAX_SEGS merges into the last record.
+        let mut r = Rack::new();
+        let n = MAX_SEGS as u32 + 5000;
+        for i in 0..n {
+            r.on_send(s(1 + i * 10), s(11 + i * 10), t(0));
+        }
+        r.mark_all_lost();
+        // Splitting the first byte off every record reaches twice the bound.
+        for i in 0..MAX_SEGS as u32 {
+            r.on_retransmit(s(1 + i * 10), s(2 + i * 10), t(10));
+        }
+        assert_eq!(r.len(), 2 * MAX_SEGS);
+        // Some records delivered (a pair of adjacent SACKed records can merge).
+        let sb = sacked(&[(1001, 2001)], 1, 1 + n * 10);
+        r.update_delivered(t(100), s(1), &sb, RTT, MSS, 3);
+        // Retransmit the next 10 bytes of the merged tail record.
+        let tail = 2 + (MAX_SEGS as u32 - 1) * 10;
+        let (seq, len) = r.next_lost(10).unwrap();
+        assert_eq!((seq, len), (s(2), 9));
+        r.on_retransmit(s(tail), s(tail + 10), t(110));
+        assert!(r.len() <= 2 * MAX_SEGS);
+        // The bytes after the retransmitted range are still lost, not in flight.
+        let after = r
+            .segs
+            .iter()
+            .find(|x| x.start <= s(tail + 10) && x.end > s(tail + 10));
+        let after = after.copied().unwrap();
+        assert!(after.lost && !after.rxt_out, "{after:?}");
     }
 
     #[test]

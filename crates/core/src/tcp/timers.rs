@@ -155,6 +155,9 @@ impl Tcb {
                 // SACKed (RFC 2018 §8): forget the scoreboard.
                 if self.rtt.backoff() > 1 {
                     self.sb.clear();
+                    // RACK's per-segment SACK marks too, so that `rack_on_rto` deems
+                    // those segments lost as well (RFC 8985 §6.3).
+                    self.rack.clear_sacked();
                 }
                 self.ts_rtt_floor = Some(self.ts_now(now));
                 self.recovery = Recovery::Loss;

@@ -327,6 +327,16 @@ impl Cubic {
 
     /// Sets cwnd (bytes), clamped to `[SMSS, MAX_CWND]`; a non-finite value (which the
     /// arithmetic below cannot produce) leaves cwnd unchanged.
+    /// See [`super::Cc::undo_from`]. W_max returns to at least its prior value too, and
+    /// the congestion-avoidance epoch restarts from the restored window.
+    pub(crate) fn undo_from(&mut self, prior: &Cubic) {
+        self.set_cwnd(self.cwnd.max(prior.cwnd));
+        self.ssthresh = self.ssthresh.max(prior.ssthresh);
+        self.w_max = self.w_max.max(prior.w_max);
+        self.epoch_start = None;
+        self.k = 0.0;
+    }
+
     fn set_cwnd(&mut self, bytes: f64) {
         if bytes.is_finite() {
             self.cwnd = bytes.clamp(self.mss_f(), f64::from(MAX_CWND));

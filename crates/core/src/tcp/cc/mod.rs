@@ -183,6 +183,18 @@ impl Cc {
             Cc::NewReno(_) => CcAlgorithm::NewReno,
         }
     }
+
+    /// Undoes a congestion response shown spurious (RFC 3708 detection; RFC 4015 §3
+    /// response, as Linux does it): cwnd = max(cwnd, prior cwnd) and ssthresh =
+    /// max(ssthresh, prior ssthresh), where `prior` is the controller as it was before
+    /// the response. The rest of the current state is kept.
+    pub fn undo_from(&mut self, prior: &Cc) {
+        match (self, prior) {
+            (Cc::Cubic(c), Cc::Cubic(p)) => c.undo_from(p),
+            (Cc::NewReno(c), Cc::NewReno(p)) => c.undo_from(p),
+            _ => {}
+        }
+    }
 }
 
 impl CongestionControl for Cc {
@@ -276,6 +288,31 @@ pub(crate) fn half_flight_ssthresh(flight: u32, mss: u32) -> u32 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn undo_takes_the_larger_cwnd_and_ssthresh() {
+        for alg in [CcAlgorithm::Cubic, CcAlgorithm::NewReno] {
+            let now = Instant::from_millis(1000);
+            let prior = Cc::new(alg, 1000, 10);
+            let mut reduced = prior.clone();
+            reduced.on_congestion_event(now, 10_000);
+            assert!(reduced.cwnd() < prior.cwnd() && reduced.ssthresh() < prior.ssthresh());
+            // Undoing the reduction restores both.
+            let mut cur = reduced.clone();
+            cur.undo_from(&prior);
+            assert_eq!(
+                (cur.cwnd(), cur.ssthresh()),
+                (prior.cwnd(), prior.ssthresh())
+            );
+            // A prior state smaller than the current one changes nothing.
+            let mut cur = prior.clone();
+            cur.undo_from(&reduced);
+            assert_eq!(
+                (cur.cwnd(), cur.ssthresh()),
+                (prior.cwnd(), prior.ssthresh())
+            );
+        }
+    }
 
     #[test]
     fn algorithm_names_round_trip() {

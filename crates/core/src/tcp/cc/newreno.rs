@@ -66,6 +66,14 @@ impl NewReno {
     }
 }
 
+impl NewReno {
+    /// See [`super::Cc::undo_from`].
+    pub(crate) fn undo_from(&mut self, prior: &NewReno) {
+        self.cwnd = self.cwnd.max(prior.cwnd);
+        self.ssthresh = self.ssthresh.max(prior.ssthresh);
+    }
+}
+
 impl CongestionControl for NewReno {
     fn name(&self) -> &'static str {
         "newreno"
