@@ -132,13 +132,17 @@ pub struct Rack {
     tlp_range: (SeqNum, SeqNum),
     /// Recently retransmitted ranges (RFC 3708-style spurious detection by DSACK), and
     /// whether each was sent during the episode `undo` belongs to.
-    rtx_ranges: [(SeqNum, SeqNum, bool); RTX_MEMORY],
+    /// A ring of at most RTX_MEMORY entries, allocated at the first retransmission (an
+    /// idle connection carries an empty `Vec`, not the array).
+    rtx_ranges: Vec<(SeqNum, SeqNum, bool)>,
     rtx_next: usize,
     /// Congestion control as it was before the last RACK-started recovery, and the
     /// retransmissions of that episode not yet shown spurious by a DSACK, and SND.UNA
     /// when it began (older DSACKs belong to earlier episodes). RFC 3708 detection; the
     /// response restores the state, as RFC 4015 §3 does for Eifel.
-    undo: Option<(Cc, u32, SeqNum)>,
+    /// Boxed: a whole controller's state, needed only during and just after a recovery
+    /// (an idle connection carries a null pointer, not the snapshot).
+    undo: Option<Box<(Cc, u32, SeqNum)>>,
     /// When `undo` expires: one round trip after its recovery ended (a D-SACK later
     /// than that no longer says anything about the episode's response).
     undo_expiry: Option<Instant>,
@@ -183,7 +187,7 @@ impl Rack {
             tlp_end_seq: None,
             tlp_is_retrans: false,
             tlp_range: (SeqNum(0), SeqNum(0)),
-            rtx_ranges: [(SeqNum(0), SeqNum(0), false); RTX_MEMORY],
+            rtx_ranges: Vec::new(),
             rtx_next: 0,
             undo: None,
             undo_expiry: None,
@@ -396,7 +400,12 @@ impl Rack {
             );
             i += 1;
         }
-        self.rtx_ranges[self.rtx_next] = (start, end, self.undo.is_some());
+        let entry = (start, end, self.undo.is_some());
+        if self.rtx_ranges.len() < RTX_MEMORY {
+            self.rtx_ranges.push(entry);
+        } else {
+            self.rtx_ranges[self.rtx_next % RTX_MEMORY] = entry;
+        }
         self.rtx_next = (self.rtx_next + 1) % RTX_MEMORY;
     }
 
@@ -544,7 +553,7 @@ impl Rack {
         for r in self.rtx_ranges.iter_mut() {
             r.2 = false;
         }
-        self.undo = Some((cc, 0, snd_una));
+        self.undo = Some(Box::new((cc, 0, snd_una)));
         self.undo_expiry = None;
     }
 
@@ -773,7 +782,7 @@ impl Tcb {
         }
         if retrans {
             self.rack.on_retransmit(seq, end, now);
-            if let Some((_, n, _)) = self.rack.undo.as_mut() {
+            if let Some((_, n, _)) = self.rack.undo.as_deref_mut() {
                 *n = n.saturating_add(1);
             }
         } else {
@@ -818,7 +827,7 @@ impl Tcb {
         if let Some(d) = dsack {
             if let Some(in_episode) = self.rack.on_dsack(d, self.snd_nxt) {
                 self.stats.spurious_rtx += 1;
-                if let Some((_, n, floor)) = self.rack.undo.as_mut() {
+                if let Some((_, n, floor)) = self.rack.undo.as_deref_mut() {
                     if in_episode && d.0 >= *floor {
                         *n = n.saturating_sub(1);
                     }
@@ -845,7 +854,7 @@ impl Tcb {
         // RFC 4015 §3 as Linux does it: cwnd and ssthresh back to at least their prior
         // values, the rest of the controller's state kept).
         if self.recovery == Recovery::Open && self.rack.undo.as_ref().is_some_and(|u| u.1 == 0) {
-            if let Some((cc, _, _)) = self.rack.undo.take() {
+            if let Some((cc, _, _)) = self.rack.undo.take().map(|b| *b) {
                 self.rack.undo_expiry = None;
                 self.cc.undo_from(&cc);
                 self.rack.reordering_seen = true;
