@@ -34,7 +34,6 @@
 use super::cc::CongestionControl;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb};
-use super::State;
 use crate::time::Instant;
 use core::time::Duration;
 
@@ -124,14 +123,7 @@ pub(super) struct InfoState {
 impl Tcb {
     /// Updates the chronograph at the end of a transmit pass (see the module comment).
     pub(super) fn chrono_update(&mut self, now: Instant) {
-        let data_state = matches!(
-            self.state,
-            State::Established
-                | State::CloseWait
-                | State::FinWait1
-                | State::Closing
-                | State::LastAck
-        );
+        let data_state = self.state.may_have_outstanding();
         let unsent = self.send_unsent();
         let fin_pending = self.fin_queued && self.snd_nxt <= self.fin_seq();
         let outstanding = self.snd_una != self.snd_nxt;

@@ -88,6 +88,20 @@ impl State {
         }
     }
 
+    /// The states in which data or our FIN may be outstanding: ESTABLISHED and
+    /// CLOSE-WAIT (we may still send), FIN-WAIT-1, CLOSING and LAST-ACK (our FIN not yet
+    /// acknowledged).
+    pub fn may_have_outstanding(self) -> bool {
+        matches!(
+            self,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        )
+    }
+
     /// The states of RFC 9293 in which both ISNs are known ("synchronized states").
     pub fn is_synchronized(self) -> bool {
         !matches!(

@@ -41,7 +41,6 @@ use super::cc::{Cc, CongestionControl};
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb};
-use super::State;
 use crate::time::Instant;
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -903,14 +902,7 @@ impl Tcb {
     /// never later than the RTO.
     pub(super) fn tlp_arm(&mut self, now: Instant) {
         self.rack.pto_deadline = None;
-        let data_state = matches!(
-            self.state,
-            State::Established
-                | State::CloseWait
-                | State::FinWait1
-                | State::Closing
-                | State::LastAck
-        );
+        let data_state = self.state.may_have_outstanding();
         if !self.tlp_active()
             || !data_state
             || self.recovery != Recovery::Open

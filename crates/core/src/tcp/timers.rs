@@ -175,14 +175,7 @@ impl Tcb {
     /// RFC 9293 §3.8.6.1: probe a zero window, backing off; give up only if the peer
     /// stops answering for R2.
     fn on_persist_timeout(&mut self, now: Instant) {
-        if !matches!(
-            self.state,
-            State::Established
-                | State::CloseWait
-                | State::FinWait1
-                | State::Closing
-                | State::LastAck
-        ) {
+        if !self.state.may_have_outstanding() {
             return;
         }
         let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
