@@ -60,6 +60,7 @@ use std::time::{Duration, Instant as WallInstant};
 
 use ember_core::Instant;
 use ember_runtime::dev::netns::{self, NetNs};
+use ember_runtime::dev::tap::{self, complete_checksum};
 
 use crate::packets::{build_inbound, match_outbound, BuildError, Flow};
 use crate::run::{
@@ -285,72 +286,18 @@ fn os_err(what: &str) -> Stop {
 // -------------------------------------------------------------------------------------
 // The TUN device.
 
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const TUN_F_CSUM: libc::c_ulong = 0x01;
 
-/// Opens `tun0` in the calling thread's namespace, non-blocking, with the virtio header
-/// and checksum offload.
+/// Opens `tun0` in the calling thread's namespace (the runtime's TUN/TAP opener),
+/// non-blocking, with the virtio header and checksum offload only: without TSO the
+/// kernel segments its GSO packets before the TUN, so every packet is at most one MSS,
+/// as on a wire (see `gso_train`).
 fn open_tun() -> R<OwnedFd> {
-    let path = c"/dev/net/tun";
-    // SAFETY: a NUL-terminated path; the flags are plain integers.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(os_err("open /dev/net/tun"));
-    }
-    // SAFETY: `fd` was just opened and is owned by nobody else.
-    let tun = unsafe { OwnedFd::from_raw_fd(fd) };
-    // struct ifreq: 16 bytes of name, then a union whose first member is the flags.
-    let mut ifr = [0u8; 40];
-    ifr[..4].copy_from_slice(b"tun0");
-    let flags = IFF_TUN | IFF_NO_PI | IFF_VNET_HDR;
-    ifr[16..18].copy_from_slice(&flags.to_ne_bytes());
-    // SAFETY: TUNSETIFF reads and writes a struct ifreq (40 bytes on Linux); `ifr` is
-    // that large and lives across the call.
-    if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETIFF, ifr.as_mut_ptr()) } < 0 {
-        return Err(os_err("TUNSETIFF tun0"));
-    }
-    // Checksum offload only: without TSO the kernel segments its GSO packets before
-    // the TUN, so every packet is at most one MSS, as on a wire (see `gso_train`).
-    let off = TUN_F_CSUM;
-    // SAFETY: TUNSETOFFLOAD takes its argument by value.
-    if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETOFFLOAD, off) } < 0 {
-        return Err(os_err("TUNSETOFFLOAD"));
-    }
-    Ok(tun)
-}
-
-/// Completes a `NEEDS_CSUM` packet's checksum: the field holds the pseudo-header sum;
-/// the ones'-complement sum from `start` to the end is folded into it.
-fn complete_checksum(p: &mut [u8], start: usize, offset: usize) -> bool {
-    let Some(at) = start.checked_add(offset) else {
-        return false;
-    };
-    if start >= p.len() || at.saturating_add(2) > p.len() {
-        return false;
-    }
-    let mut sum: u64 = 0;
-    let mut chunks = p[start..].chunks_exact(2);
-    for c in &mut chunks {
-        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        sum += u64::from(*last) << 8;
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let v = !(sum as u16);
-    p[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    true
+    tap::open_tun("tun0", IFF_TUN | IFF_NO_PI | IFF_VNET_HDR, TUN_F_CSUM)
+        .map_err(|e| Stop::Error(format!("tun0: {e}")))
 }
 
 // -------------------------------------------------------------------------------------
@@ -2150,30 +2097,6 @@ fn tcp_info_field(b: &[u8], name: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn checksum_completion_matches_a_full_sum() {
-        // A UDP-like block: the checksum field at offset 6 holds 0, the sum of the
-        // rest is folded and inverted into it; summing again gives 0xffff.
-        let mut p = vec![0u8; 20];
-        p.extend_from_slice(&[0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0, 0, 0xde, 0xf0, 0x01]);
-        assert!(complete_checksum(&mut p, 20, 6));
-        let mut sum: u32 = 0;
-        for c in p[20..].chunks(2) {
-            let w = if c.len() == 2 {
-                u16::from_be_bytes([c[0], c[1]])
-            } else {
-                u16::from(c[0]) << 8
-            };
-            sum += u32::from(w);
-        }
-        while sum >> 16 != 0 {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        assert_eq!(sum, 0xffff);
-        assert!(!complete_checksum(&mut p, 30, 6), "offset beyond the end");
-        assert!(!complete_checksum(&mut p, usize::MAX, 6));
-    }
 
     #[test]
     fn tcp_info_layout() {

@@ -206,6 +206,16 @@ pub(super) fn ctl_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens (or creates) the TUN or TAP interface `name` with `flags` (`IFF_TUN` or
+/// `IFF_TAP`, with `IFF_NO_PI`, `IFF_VNET_HDR`, ...), non-blocking and close-on-exec, and
+/// sets its offloads (`TUN_F_*` bits) — the device the packetdrill interpreter's Linux
+/// backend talks to the kernel through.
+pub fn open_tun(name: &str, flags: libc::c_short, offloads: libc::c_ulong) -> io::Result<OwnedFd> {
+    let fd = open_queue(name, flags)?;
+    int_ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, offloads)?;
+    Ok(fd)
+}
+
 fn open_queue(name: &str, flags: libc::c_short) -> io::Result<OwnedFd> {
     let path = c"/dev/net/tun";
     // SAFETY: `path` is NUL-terminated; the descriptor is owned at once below.
@@ -219,7 +229,7 @@ fn open_queue(name: &str, flags: libc::c_short) -> io::Result<OwnedFd> {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(
             e.kind(),
-            format!("cannot open /dev/net/tun: {e} (TAP needs CAP_NET_ADMIN)"),
+            format!("cannot open /dev/net/tun: {e} (TUN/TAP needs CAP_NET_ADMIN)"),
         ));
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
