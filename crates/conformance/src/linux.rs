@@ -64,13 +64,13 @@ use ember_runtime::dev::tap::{self, complete_checksum};
 
 use crate::packets::{build_inbound, match_outbound, BuildError, Flow};
 use crate::run::{
-    add, check_ret, code_eval, code_names, describe, fail, inst, raw_segment, summarize,
-    summarize_in, unsup, us, Outcome, RunResult, Stop, DEFAULT_PORT, DEFAULT_TOLERANCE_US, R,
-    REMOTE_PORT,
+    assert_text, call_end, check_ret, code_eval, code_names, describe, event_times, fail,
+    gso_train, outbound_window, summarize, summarize_in, unsup, us, Outcome, RunResult, Stop,
+    Train, DEFAULT_PORT, DEFAULT_TOLERANCE_US, R, REMOTE_PORT,
 };
 use crate::script::{
-    Action, CodeBlock, CodeExpr, CodeStmtKind, Direction, EventTime, Expr, ExprKind, Packet,
-    PacketBody, Script, Syscall,
+    Action, CodeBlock, CodeExpr, CodeStmtKind, Direction, Expr, ExprKind, Packet, PacketBody,
+    Script, Syscall,
 };
 
 /// The kernel's address in the namespace.
@@ -1409,9 +1409,14 @@ impl Runner {
         }
     }
 
-    /// Waits (reading the TUN) until `target`, or until a packet is captured with
-    /// `stop_on_packet`, or until the worker reports with `stop_on_done`.
-    fn wait_until(&mut self, target: Instant, stop_on_packet: bool, stop_on_done: bool) -> R<()> {
+    /// Waits (reading the TUN) until `target`, or until more than `stop_after` packets
+    /// are captured, or until the worker reports with `stop_on_done`.
+    fn wait_until(
+        &mut self,
+        target: Instant,
+        stop_after: Option<usize>,
+        stop_on_done: bool,
+    ) -> R<()> {
         if target > self.max_time {
             return Err(Stop::Error(format!(
                 "wall-clock limit exceeded ({})",
@@ -1420,7 +1425,7 @@ impl Runner {
         }
         loop {
             self.read_tun()?;
-            if stop_on_packet && !self.captured.is_empty() {
+            if stop_after.is_some_and(|n| self.captured.len() > n) {
                 return Ok(());
             }
             let now = self.now();
@@ -1490,7 +1495,7 @@ impl Runner {
             }
             self.wait_until(
                 deadline.saturating_add(Duration::from_micros(1)),
-                false,
+                None,
                 true,
             )?;
         }
@@ -1521,69 +1526,34 @@ impl Runner {
     fn run(&mut self, script: &Script) -> R<()> {
         let mut prev = Instant::ZERO;
         for ev in &script.events {
-            let (lo, hi, start) = match ev.time {
-                EventTime::Absolute(t) => {
-                    let t = inst(t.micros)?;
-                    (t, t, t)
-                }
-                EventTime::Relative(t) => {
-                    let t = add(prev, t.micros)?;
-                    (t, t, t)
-                }
-                EventTime::AbsoluteRange(a, b) => {
-                    (inst(a.micros)?, inst(b.micros)?, inst(a.micros)?)
-                }
-                EventTime::RelativeRange(a, b) => (
-                    add(prev, a.micros)?,
-                    add(prev, b.micros)?,
-                    add(prev, a.micros)?,
-                ),
-                EventTime::Any => (prev, self.max_time, prev),
-            };
+            let (lo, hi, start) = event_times(ev.time, prev, self.max_time)?;
             let base = prev;
             prev = start;
             match &ev.action {
                 Action::Packet(p) if p.direction == Direction::Outbound => {
-                    // The 12.5% rule: the window is the tolerance or an eighth of the
-                    // time since the previous event, whichever is wider (a 1 s timer
-                    // may fire 125 ms off; a reply at +0 must come within the tolerance).
-                    let tol = self.tol.max(lo.saturating_duration_since(base) / 8);
-                    let wlo =
-                        Instant::from_nanos(lo.as_nanos().saturating_sub(tol.as_nanos() as u64));
-                    let whi = if matches!(ev.time, EventTime::Any) {
-                        self.max_time
-                    } else {
-                        hi.saturating_add(tol)
-                    };
+                    let (wlo, whi) =
+                        outbound_window(ev.time, (lo, hi), base, self.tol, self.max_time);
                     self.settle_pending(false)?;
                     self.outbound(ev.line, p, wlo, whi)?;
                 }
                 Action::Packet(p) => {
-                    self.wait_until(start, false, false)?;
+                    self.wait_until(start, None, false)?;
                     self.settle_pending(false)?;
                     self.inbound(ev.line, p)?;
                 }
                 Action::Syscall(sc) => {
-                    self.wait_until(start, false, false)?;
+                    self.wait_until(start, None, false)?;
                     self.settle_pending(true)?;
-                    let end = match sc.end_time {
-                        None => None,
-                        Some(e) => Some(match ev.time {
-                            EventTime::Absolute(_) | EventTime::AbsoluteRange(..) => {
-                                inst(e.micros)?
-                            }
-                            _ => add(base, e.micros)?,
-                        }),
-                    };
+                    let end = call_end(ev.time, sc, base)?;
                     self.syscall(ev.line, sc, start, end)?;
                 }
                 Action::Command(c) => {
-                    self.wait_until(start, false, false)?;
+                    self.wait_until(start, None, false)?;
                     self.settle_pending(false)?;
                     self.shell(c.line, &c.text)?;
                 }
                 Action::Code(block) => {
-                    self.wait_until(start, false, false)?;
+                    self.wait_until(start, None, false)?;
                     self.settle_pending(false)?;
                     self.code(block)?;
                 }
@@ -1612,7 +1582,7 @@ impl Runner {
 
     fn outbound(&mut self, line: u32, p: &Packet, lo: Instant, hi: Instant) -> R<()> {
         if self.captured.is_empty() {
-            self.wait_until(hi, true, false)?;
+            self.wait_until(hi, Some(0), false)?;
         }
         let Some((t, mut bytes)) = self.captured.pop_front() else {
             return fail(
@@ -1662,59 +1632,32 @@ impl Runner {
     /// first's header, PSH and FIN from the last. The ember backend applies the same rule
     /// to its MSS-sized segments.
     fn gso_train(&mut self, t: Instant, first: &mut Vec<u8>, want: usize, hi: Instant) -> R<()> {
-        let Some(mut seg) = raw_segment(first) else {
-            return Ok(());
-        };
-        if seg.payload.is_empty() || seg.payload.len() >= want || seg.flags & 0x07 != 0 {
-            return Ok(());
-        }
-        let mut used = 0;
-        let mut last_flags = seg.flags;
-        let mut last_t = t;
         loop {
-            if seg.payload.len() >= want || last_flags & 0x07 != 0 {
-                break;
-            }
-            if self.captured.len() <= used {
+            let same_train = |prev: Instant, next: Instant| {
+                next.saturating_duration_since(prev) <= GSO_TRAIN_GAP
+            };
+            match gso_train(t, first, want, &self.captured, same_train) {
+                Train::Merged(used, merged) => {
+                    self.captured.drain(..used);
+                    self.log(format!("  (merged {} GSO packets)", used + 1));
+                    *first = merged;
+                    return Ok(());
+                }
                 // The rest of the train may still be on its way.
-                let until = last_t.saturating_add(GSO_TRAIN_GAP).min(hi);
-                if self.now() >= until {
-                    break;
+                Train::Partial(last_t) => {
+                    let until = last_t.saturating_add(GSO_TRAIN_GAP).min(hi);
+                    let have = self.captured.len();
+                    if self.now() >= until {
+                        return Ok(());
+                    }
+                    self.wait_until(until, Some(have), false)?;
+                    if self.captured.len() == have {
+                        return Ok(());
+                    }
                 }
-                self.wait_until(until, true, false)?;
-                if self.captured.len() <= used {
-                    break;
-                }
+                Train::No => return Ok(()),
             }
-            let (nt, nb) = &self.captured[used];
-            if nt.saturating_duration_since(last_t) > GSO_TRAIN_GAP {
-                break;
-            }
-            let Some(next) = raw_segment(nb) else { break };
-            let expect_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
-            if next.seq != expect_seq
-                || next.ack != seg.ack
-                || next.src_port != seg.src_port
-                || next.dst_port != seg.dst_port
-                || next.flags & 0x02 != 0
-            {
-                break;
-            }
-            seg.payload.extend_from_slice(&next.payload);
-            last_flags = next.flags;
-            last_t = *nt;
-            used += 1;
         }
-        if used == 0 || seg.payload.len() != want {
-            return Ok(());
-        }
-        seg.flags = (seg.flags & !0x09) | (last_flags & 0x09);
-        if let Ok(merged) = seg.emit() {
-            self.captured.drain(..used);
-            self.log(format!("  (merged {} GSO packets)", used + 1));
-            *first = merged;
-        }
-        Ok(())
     }
 
     fn syscall(&mut self, line: u32, sc: &Syscall, start: Instant, end: Option<Instant>) -> R<()> {
@@ -1921,17 +1864,7 @@ impl Runner {
                     .map(|n| format!("{n} = {}", field(&n).unwrap_or(-1)))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let nth = stmts[..i]
-                    .iter()
-                    .filter(|x| matches!(x.kind, CodeStmtKind::Assert { .. }))
-                    .count();
-                let text = block
-                    .text
-                    .split(['\n', ';'])
-                    .map(str::trim)
-                    .filter(|l| l.starts_with("assert"))
-                    .nth(nth)
-                    .unwrap_or("assertion");
+                let text = assert_text(block, stmts, i);
                 return fail(st.line, format!("`{text}` to hold"), vals);
             }
         }

@@ -134,8 +134,8 @@ use ember_core::{Host, Instant};
 use crate::packets::{build_inbound, flags_text, match_outbound, BuildError, Flow, RawSegment};
 use crate::profile::{apply_shell, linux_profile, unsupported_features, ShellOutcome};
 use crate::script::{
-    Action, CodeBinOp, CodeBlock, CodeCmpOp, CodeExpr, CodeStmtKind, Direction, EventTime, Expr,
-    ExprKind, Packet, PacketBody, Script, Syscall,
+    Action, CodeBinOp, CodeBlock, CodeCmpOp, CodeExpr, CodeStmt, CodeStmtKind, Direction,
+    EventTime, Expr, ExprKind, Packet, PacketBody, Script, Syscall,
 };
 
 /// The stack's address unless `--local_ip` says otherwise.
@@ -648,41 +648,13 @@ impl Runner {
     fn run(&mut self, script: &Script) -> R<()> {
         let mut prev = Instant::ZERO;
         for ev in &script.events {
-            let (lo, hi, start) = match ev.time {
-                EventTime::Absolute(t) => {
-                    let t = inst(t.micros)?;
-                    (t, t, t)
-                }
-                EventTime::Relative(t) => {
-                    let t = add(prev, t.micros)?;
-                    (t, t, t)
-                }
-                EventTime::AbsoluteRange(a, b) => {
-                    (inst(a.micros)?, inst(b.micros)?, inst(a.micros)?)
-                }
-                EventTime::RelativeRange(a, b) => (
-                    add(prev, a.micros)?,
-                    add(prev, b.micros)?,
-                    add(prev, a.micros)?,
-                ),
-                EventTime::Any => (prev, self.max_time, prev),
-            };
+            let (lo, hi, start) = event_times(ev.time, prev, self.max_time)?;
             let base = prev;
             prev = start;
             match &ev.action {
                 Action::Packet(p) if p.direction == Direction::Outbound => {
-                    // The 12.5% rule (as the Linux backend): the tolerance or an eighth
-                    // of the time since the previous event, whichever is wider.
-                    let tol = self.tol.max(lo.saturating_duration_since(base) / 8);
-                    let wlo = lo.saturating_duration_since(Instant::ZERO);
-                    let wlo = Instant::from_nanos(
-                        wlo.saturating_sub(tol).as_nanos().min(u64::MAX as u128) as u64,
-                    );
-                    let whi = if matches!(ev.time, EventTime::Any) {
-                        self.max_time
-                    } else {
-                        hi.saturating_add(tol)
-                    };
+                    let (wlo, whi) =
+                        outbound_window(ev.time, (lo, hi), base, self.tol, self.max_time);
                     self.outbound(ev.line, p, wlo, whi)?;
                 }
                 Action::Packet(p) => {
@@ -693,15 +665,7 @@ impl Runner {
                 Action::Syscall(sc) => {
                     self.advance_to(start, false)?;
                     self.check_pending_deadline()?;
-                    let end = match sc.end_time {
-                        None => None,
-                        Some(e) => Some(match ev.time {
-                            EventTime::Absolute(_) | EventTime::AbsoluteRange(..) => {
-                                inst(e.micros)?
-                            }
-                            _ => add(base, e.micros)?,
-                        }),
-                    };
+                    let end = call_end(ev.time, sc, base)?;
                     self.syscall(ev.line, sc, end)?;
                 }
                 Action::Command(c) => {
@@ -804,37 +768,10 @@ impl Runner {
     /// they carry exactly `want` bytes: the first's header, with PSH and FIN from the
     /// last. Otherwise nothing is merged (and the line fails on the first frame).
     fn coalesce(&mut self, t: Instant, first: &mut Vec<u8>, want: usize) {
-        let Some(mut seg) = raw_segment(first) else {
-            return;
-        };
-        if seg.payload.is_empty() || seg.payload.len() >= want || seg.flags & 0x07 != 0 {
-            return;
-        }
-        let mut used = 0;
-        let mut last_flags = seg.flags;
-        for (ft, fb) in &self.captured {
-            if *ft != t || last_flags & 0x07 != 0 || seg.payload.len() >= want {
-                break;
-            }
-            let Some(next) = raw_segment(fb) else { break };
-            let expect_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
-            if next.seq != expect_seq
-                || next.ack != seg.ack
-                || next.src_port != seg.src_port
-                || next.dst_port != seg.dst_port
-                || next.flags & 0x02 != 0
-            {
-                break;
-            }
-            seg.payload.extend_from_slice(&next.payload);
-            last_flags = next.flags;
-            used += 1;
-        }
-        if used == 0 || seg.payload.len() != want {
-            return;
-        }
-        seg.flags = (seg.flags & !0x09) | (last_flags & 0x09);
-        if let Ok(merged) = seg.emit() {
+        // Virtual time: a train is the frames that left at the same instant.
+        if let Train::Merged(used, merged) =
+            gso_train(t, first, want, &self.captured, |a, b| a == b)
+        {
             self.captured.drain(..used);
             self.log(format!("  (merged {} segments as GSO)", used + 1));
             *first = merged;
@@ -905,20 +842,7 @@ impl Runner {
                     .map(|n| format!("{n} = {}", lookup(&n).unwrap_or(-1)))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let text = block
-                    .text
-                    .lines()
-                    .flat_map(|l| l.split(';'))
-                    .map(|l| l.trim().trim_end_matches('\\').trim())
-                    .filter(|l| l.starts_with("assert"))
-                    .nth(
-                        stmts[..idx]
-                            .iter()
-                            .filter(|x| matches!(x.kind, CodeStmtKind::Assert { .. }))
-                            .count(),
-                    )
-                    .unwrap_or("assertion")
-                    .to_string();
+                let text = assert_text(block, stmts, idx);
                 self.log(format!("assert line {}: false", st.line));
                 return fail(st.line, format!("`{text}` to hold"), vals);
             }
@@ -2110,6 +2034,158 @@ fn gro_split(ip: Vec<u8>, mss: Option<usize>) -> Vec<Vec<u8>> {
         }
     }
     out
+}
+
+/// When an event's action runs, in script time (both backends): `(lo, hi, start)`, the
+/// scripted window (a range's ends, else the one time) and the moment the action starts;
+/// relative times count from `prev`, the previous event's start; `*` is any time up to
+/// `max_time`.
+pub(crate) fn event_times(
+    time: EventTime,
+    prev: Instant,
+    max_time: Instant,
+) -> R<(Instant, Instant, Instant)> {
+    Ok(match time {
+        EventTime::Absolute(t) => {
+            let t = inst(t.micros)?;
+            (t, t, t)
+        }
+        EventTime::Relative(t) => {
+            let t = add(prev, t.micros)?;
+            (t, t, t)
+        }
+        EventTime::AbsoluteRange(a, b) => (inst(a.micros)?, inst(b.micros)?, inst(a.micros)?),
+        EventTime::RelativeRange(a, b) => (
+            add(prev, a.micros)?,
+            add(prev, b.micros)?,
+            add(prev, a.micros)?,
+        ),
+        EventTime::Any => (prev, max_time, prev),
+    })
+}
+
+/// The window an outbound line's packet must leave in. The 12.5% rule: the tolerance is
+/// the wider of `tol` and an eighth of the time since the previous event (`base`), so a
+/// 1 s timer may fire 125 ms off while a reply at +0 must come within `tol`; `*` waits
+/// up to `max_time`.
+pub(crate) fn outbound_window(
+    time: EventTime,
+    (lo, hi): (Instant, Instant),
+    base: Instant,
+    tol: Duration,
+    max_time: Instant,
+) -> (Instant, Instant) {
+    let tol = tol.max(lo.saturating_duration_since(base) / 8);
+    let wlo = Instant::from_nanos(
+        lo.as_nanos()
+            .saturating_sub(tol.as_nanos().min(u128::from(u64::MAX)) as u64),
+    );
+    let whi = if matches!(time, EventTime::Any) {
+        max_time
+    } else {
+        hi.saturating_add(tol)
+    };
+    (wlo, whi)
+}
+
+/// A call's scripted end (`...end`): absolute for an absolute event time, else counted
+/// from `base`, the previous event's start.
+pub(crate) fn call_end(time: EventTime, sc: &Syscall, base: Instant) -> R<Option<Instant>> {
+    let Some(e) = sc.end_time else {
+        return Ok(None);
+    };
+    Ok(Some(match time {
+        EventTime::Absolute(_) | EventTime::AbsoluteRange(..) => inst(e.micros)?,
+        _ => add(base, e.micros)?,
+    }))
+}
+
+/// What [`gso_train`] found.
+pub(crate) enum Train {
+    /// The rule does not apply, or the packets after `first` do not continue it.
+    No,
+    /// The packets so far continue `first` but carry less than wanted; the last left at
+    /// the given time (more may be on the way).
+    Partial(Instant),
+    /// The first `.0` packets after `first` complete it: `.1` is the merged datagram.
+    Merged(usize, Vec<u8>),
+}
+
+/// The GSO-train rule of both backends. Linux hands a device super-segments larger than
+/// the MSS and the scripts are written that way, while ember (and the Linux backend's
+/// TUN, which has no TSO) send MSS-sized segments. When a line wants `want` payload bytes
+/// and `first` (sent at `t`) carries fewer, the packets after it in `rest` that continue
+/// it (contiguous sequence numbers, same ack and ports, no SYN, nothing after a FIN or
+/// RST, each in the same train as the one before by `same_train(prev_time, time)`) are
+/// merged into one segment if together they carry exactly `want` bytes: the first's
+/// header, with PSH and FIN from the last.
+pub(crate) fn gso_train<'a>(
+    t: Instant,
+    first: &[u8],
+    want: usize,
+    rest: impl IntoIterator<Item = &'a (Instant, Vec<u8>)>,
+    same_train: impl Fn(Instant, Instant) -> bool,
+) -> Train {
+    let Some(mut seg) = raw_segment(first) else {
+        return Train::No;
+    };
+    if seg.payload.is_empty() || seg.payload.len() >= want || seg.flags & 0x07 != 0 {
+        return Train::No;
+    }
+    let (mut used, mut last_flags, mut last_t) = (0, seg.flags, t);
+    let mut stopped = false;
+    for (nt, nb) in rest {
+        if seg.payload.len() >= want || last_flags & 0x07 != 0 || !same_train(last_t, *nt) {
+            stopped = true;
+            break;
+        }
+        let Some(next) = raw_segment(nb) else {
+            stopped = true;
+            break;
+        };
+        let expect_seq = seg.seq.wrapping_add(seg.payload.len() as u32);
+        if next.seq != expect_seq
+            || next.ack != seg.ack
+            || next.src_port != seg.src_port
+            || next.dst_port != seg.dst_port
+            || next.flags & 0x02 != 0
+        {
+            stopped = true;
+            break;
+        }
+        seg.payload.extend_from_slice(&next.payload);
+        last_flags = next.flags;
+        last_t = *nt;
+        used += 1;
+    }
+    if used > 0 && seg.payload.len() == want {
+        seg.flags = (seg.flags & !0x09) | (last_flags & 0x09);
+        return match seg.emit() {
+            Ok(merged) => Train::Merged(used, merged),
+            Err(_) => Train::No,
+        };
+    }
+    if !stopped && seg.payload.len() < want && last_flags & 0x07 == 0 {
+        return Train::Partial(last_t);
+    }
+    Train::No
+}
+
+/// The source text of the assert statement `stmts[idx]` of `block`, for a failure
+/// message (both backends).
+pub(crate) fn assert_text<'a>(block: &'a CodeBlock, stmts: &[CodeStmt], idx: usize) -> &'a str {
+    let nth = stmts[..idx.min(stmts.len())]
+        .iter()
+        .filter(|x| matches!(x.kind, CodeStmtKind::Assert { .. }))
+        .count();
+    block
+        .text
+        .lines()
+        .flat_map(|l| l.split(';'))
+        .map(|l| l.trim().trim_end_matches('\\').trim())
+        .filter(|l| l.starts_with("assert"))
+        .nth(nth)
+        .unwrap_or("assertion")
 }
 
 pub(crate) fn inst(micros: i64) -> R<Instant> {
