@@ -95,6 +95,9 @@ pub struct RunReport {
     pub retransmits: u64,
     pub timeouts: u64,
     pub frames: u64,
+    /// Large TCP segments the hosts split in software (GSO), and the pieces made.
+    pub gso_splits: u64,
+    pub gso_segs: u64,
     /// What `vary` chose, for the failure report.
     pub variant: String,
 }
@@ -214,6 +217,8 @@ fn failed_report(seed: u64, error: String) -> RunReport {
         retransmits: 0,
         timeouts: 0,
         frames: 0,
+        gso_splits: 0,
+        gso_segs: 0,
         variant: String::new(),
     }
 }
@@ -370,10 +375,13 @@ impl Sim {
     fn report(&self, error: Option<String>, wall_s: f64) -> RunReport {
         let mut retransmits = 0;
         let mut timeouts = 0;
+        let (mut gso_splits, mut gso_segs) = (0, 0);
         for h in &self.hosts {
             let s = h.stats();
             retransmits += s.tcp.retrans_segs;
             timeouts += s.tcp.tim_retrans;
+            gso_splits += s.ip.gso_splits;
+            gso_segs += s.ip.gso_segs;
         }
         let bytes = self.conns.iter().map(|c| c.client.got + c.server.got).sum();
         let end = self.done_at.unwrap_or(self.now);
@@ -387,6 +395,8 @@ impl Sim {
             retransmits,
             timeouts,
             frames: self.frames,
+            gso_splits,
+            gso_segs,
             variant: self.variant.clone(),
         }
     }

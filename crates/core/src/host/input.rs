@@ -61,7 +61,7 @@ impl Host {
         let for_us = arp.target_ip == ifc.addr;
         let released = self.arp.learn(now, arp.sender_ip, arp.sender_mac, for_us);
         for p in released {
-            self.send_framed(p.iface, arp.sender_mac, p.frame);
+            self.send_framed(p.iface, arp.sender_mac, p.frame, p.gso);
         }
         if for_us && arp.op == ArpOp::Request {
             self.send_arp(iface, ArpOp::Reply, arp.sender_mac, arp.sender_ip);

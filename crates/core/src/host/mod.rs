@@ -116,6 +116,10 @@ pub const MAX_TCP_UPCALLS: usize = 65_536;
 pub struct Frame {
     pub iface: IfaceId,
     pub data: Vec<u8>,
+    /// 0: an ordinary frame. Otherwise a large TCP segment for an interface that segments
+    /// by itself ([`Host::set_iface_tso`]), to be cut into pieces of this many payload
+    /// bytes (as [`crate::ip::gso::gso_split`] would).
+    pub gso_size: u16,
 }
 
 /// An ICMP echo reply that arrived.
@@ -133,6 +137,8 @@ pub struct PingReply {
 pub(crate) struct Pending {
     iface: IfaceId,
     frame: Vec<u8>,
+    /// A large TCP segment's piece size (see [`Frame::gso_size`]); 0 otherwise.
+    gso: u16,
 }
 
 /// One host's protocol core.
@@ -141,6 +147,8 @@ pub struct Host {
     pub(crate) params: Params,
     pub(crate) tcp_set: TcpSettings,
     pub(crate) ifaces: Vec<Interface>,
+    /// Per interface: it segments large TCP segments itself (TSO).
+    pub(crate) iface_tso: Vec<bool>,
     pub(crate) routes: RouteTable,
     pub(crate) arp: ArpCache<MacAddr, Pending>,
     pub(crate) reasm: Reassembler,
@@ -206,6 +214,7 @@ impl Host {
         Host {
             tcp_set: TcpSettings::from_params(&params),
             ifaces: Vec::new(),
+            iface_tso: Vec::new(),
             routes: RouteTable::new(4096),
             arp: ArpCache::new(arp_config(&params)),
             reasm: Reassembler::new(reasm_config(&params)),
@@ -334,6 +343,19 @@ impl Host {
     /// The next frame to transmit.
     pub fn poll_transmit(&mut self) -> Option<Frame> {
         self.tx.pop_front()
+    }
+
+    /// Whether interface `iface` segments large TCP segments itself (TSO, default off):
+    /// it then gets them whole ([`Frame::gso_size`]); otherwise the host splits them in
+    /// software ([`crate::ip::gso::gso_split`]) right before the interface.
+    pub fn set_iface_tso(&mut self, iface: IfaceId, on: bool) {
+        let i = usize::from(iface.0);
+        if i < self.ifaces.len() {
+            if self.iface_tso.len() <= i {
+                self.iface_tso.resize(i + 1, false);
+            }
+            self.iface_tso[i] = on;
+        }
     }
 
     /// Frames waiting in the transmit queue.

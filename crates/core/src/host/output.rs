@@ -10,6 +10,7 @@ use super::{Frame, Host, Pending, UdpId, MAX_LOOPBACK_QUEUE, MAX_TX_QUEUE};
 use crate::icmp;
 use crate::ip::arp::Resolve;
 use crate::ip::fragment::fragment_plan;
+use crate::ip::gso::gso_split;
 use crate::ip::route::IfaceId;
 use crate::time::Instant;
 use crate::udp::{UdpEndpoint, DEFAULT_RCVBUF, MAX_PAYLOAD};
@@ -77,7 +78,21 @@ impl Host {
 
     /// Routes and sends a frame whose IP packet (after the headroom) is complete.
     /// Fragments it if it exceeds the route MTU and DF is clear.
-    pub(crate) fn ip_output(&mut self, now: Instant, mut frame: Vec<u8>) -> io::Result<()> {
+    pub(crate) fn ip_output(&mut self, now: Instant, frame: Vec<u8>) -> io::Result<()> {
+        self.ip_output_gso(now, frame, 0, 0)
+    }
+
+    /// [`Host::ip_output`] for a TCP segment that may be large (`gso` > 0: pieces of
+    /// `gso` payload bytes behind `hdrs` bytes of IPv4 and TCP header). A large segment is
+    /// never fragmented: its pieces must fit the MTU, and it is split (or handed whole to
+    /// a TSO interface) after ARP, so its pieces stay in order.
+    pub(crate) fn ip_output_gso(
+        &mut self,
+        now: Instant,
+        mut frame: Vec<u8>,
+        gso: u16,
+        hdrs: usize,
+    ) -> io::Result<()> {
         self.stats.ip.out_requests += 1;
         let Ok((ip, _)) = Ipv4Repr::parse(&frame[HEADROOM..], false) else {
             self.stats.ip.out_discards += 1;
@@ -104,8 +119,12 @@ impl Host {
         let mtu = route.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu) as usize;
         let next_hop = route.gateway.unwrap_or(ip.dst);
         let ip_len = frame.len() - HEADROOM;
+        if gso > 0 && hdrs + usize::from(gso) <= mtu {
+            self.resolve_and_send(now, iface, next_hop, frame, gso);
+            return Ok(());
+        }
         if ip_len <= mtu {
-            self.resolve_and_send(now, iface, next_hop, frame);
+            self.resolve_and_send(now, iface, next_hop, frame, 0);
             return Ok(());
         }
         if ip.dont_frag {
@@ -147,7 +166,7 @@ impl Host {
         self.stats.ip.frag_oks += 1;
         self.stats.ip.frag_creates += pieces.len() as u64;
         for f in pieces {
-            self.resolve_and_send(now, iface, next_hop, f);
+            self.resolve_and_send(now, iface, next_hop, f, 0);
         }
         Ok(())
     }
@@ -159,16 +178,20 @@ impl Host {
         iface: IfaceId,
         next_hop: Ipv4Addr,
         frame: Vec<u8>,
+        gso: u16,
     ) {
         let ifc = self.ifaces[usize::from(iface.0)];
         let bcast = next_hop.is_broadcast()
             || crate::ip::subnet_broadcast(ifc.addr, ifc.prefix_len) == Some(next_hop);
         if bcast {
-            self.send_framed(iface, MacAddr::BROADCAST, frame);
+            self.send_framed(iface, MacAddr::BROADCAST, frame, gso);
             return;
         }
-        match self.arp.resolve(now, next_hop, Pending { iface, frame }) {
-            Resolve::Resolved(mac, p) => self.send_framed(p.iface, mac, p.frame),
+        match self
+            .arp
+            .resolve(now, next_hop, Pending { iface, frame, gso })
+        {
+            Resolve::Resolved(mac, p) => self.send_framed(p.iface, mac, p.frame, p.gso),
             Resolve::Queued { send_request } => {
                 if send_request {
                     self.send_arp(iface, ArpOp::Request, MacAddr::BROADCAST, next_hop);
@@ -178,8 +201,16 @@ impl Host {
         }
     }
 
-    /// Fills in the Ethernet header and queues the frame for the driver.
-    pub(crate) fn send_framed(&mut self, iface: IfaceId, dst: MacAddr, mut frame: Vec<u8>) {
+    /// Fills in the Ethernet header and queues the frame for the driver. A large TCP
+    /// segment (`gso` > 0) goes whole to a TSO interface and is split into its pieces
+    /// ([`crate::ip::gso::gso_split`]) for any other.
+    pub(crate) fn send_framed(
+        &mut self,
+        iface: IfaceId,
+        dst: MacAddr,
+        mut frame: Vec<u8>,
+        gso: u16,
+    ) {
         let Some(ifc) = self.ifaces.get(usize::from(iface.0)) else {
             return;
         };
@@ -189,15 +220,38 @@ impl Host {
             ethertype: ethertype::IPV4,
         };
         eth.emit(&mut frame[..ETHERNET_HEADER_LEN]);
-        self.push_tx(iface, frame);
+        let tso = self
+            .iface_tso
+            .get(usize::from(iface.0))
+            .copied()
+            .unwrap_or(false);
+        if gso == 0 || tso {
+            self.push_tx(iface, frame, gso);
+            return;
+        }
+        let mut pieces = Vec::new();
+        match gso_split(&frame, usize::from(gso), &mut pieces) {
+            Ok(n) => {
+                self.stats.ip.gso_splits += 1;
+                self.stats.ip.gso_segs += n as u64;
+                for p in pieces {
+                    self.push_tx(iface, p, 0);
+                }
+            }
+            Err(_) => self.stats.ip.out_discards += 1,
+        }
     }
 
-    fn push_tx(&mut self, iface: IfaceId, data: Vec<u8>) {
+    fn push_tx(&mut self, iface: IfaceId, data: Vec<u8>, gso_size: u16) {
         if self.tx.len() >= MAX_TX_QUEUE {
             self.stats.ip.out_discards += 1;
             return;
         }
-        self.tx.push_back(Frame { iface, data });
+        self.tx.push_back(Frame {
+            iface,
+            data,
+            gso_size,
+        });
     }
 
     /// An ARP request (broadcast) or reply (to `dst_mac`) about `target_ip`.
@@ -235,7 +289,7 @@ impl Host {
             ArpOp::Request => self.stats.ip.arp_requests_out += 1,
             ArpOp::Reply => self.stats.ip.arp_replies_out += 1,
         }
-        self.push_tx(iface, f);
+        self.push_tx(iface, f, 0);
     }
 
     /// Sends an IP datagram built by the owner (external TCP): `frame` holds

@@ -47,6 +47,8 @@ mib!(
         arp_resolve_fails => "arpResolveFails",
         eth_in_errors => "ethInErrors",
         eth_not_for_us => "ethNotForUs",
+        gso_splits => "gsoSplits",
+        gso_segs => "gsoSegs",
     }
 );
 
@@ -179,6 +181,7 @@ impl TcbStats {
             tlp_probes,
             tlp_recoveries,
             spurious_rtx,
+            tsq_throttled,
         } = *o;
         self.segs_in += segs_in;
         self.segs_out += segs_out;
@@ -207,6 +210,7 @@ impl TcbStats {
         self.tlp_probes += tlp_probes;
         self.tlp_recoveries += tlp_recoveries;
         self.spurious_rtx += spurious_rtx;
+        self.tsq_throttled += tsq_throttled;
         self.bad_acks += bad_acks;
         self.recoveries += recoveries;
         self.prr_segs += prr_segs;

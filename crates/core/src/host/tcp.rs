@@ -202,6 +202,9 @@ impl Host {
         };
         // Any text on the SYN is not taken (no TCP Fast Open); the peer retransmits it.
         let mut tcb = Tcb::accept(now, spec, self.tcp_set.clone(), seg);
+        // Large segments: every interface takes them (split by `gso_split` or by a TSO
+        // device), and loopback needs no splitting.
+        tcb.set_lso_max(self.tcp_set.lso_max);
         if let Some(m) = user_mss {
             // Range-checked when it was set.
             let _ = tcb.set_user_mss(m);
@@ -287,6 +290,7 @@ impl Host {
             };
             let hl = out.repr.header_len();
             let tcp_len = hl + out.payload_len();
+            let gso = out.gso_size;
             // `out` borrows the connection, so the identification is taken field by field.
             self.next_ident = self.next_ident.wrapping_add(1);
             let ip = Ipv4Repr {
@@ -306,7 +310,12 @@ impl Host {
             out.repr.emit_header(&mut t[..hl]);
             out.copy_payload(&mut t[hl..]);
             TcpRepr::fill_checksum(t, *local.ip(), *remote.ip());
-            let _ = self.ip_output(now, f);
+            if gso > 0 {
+                // The pieces take the identifications after this one (`gso_split`).
+                let pieces = (tcp_len - hl).div_ceil(usize::from(gso));
+                self.next_ident = self.next_ident.wrapping_add(pieces as u16 - 1);
+            }
+            let _ = self.ip_output_gso(now, f, gso, IPV4_HEADER_LEN + hl);
         }
         self.after_conn_activity(id);
     }
@@ -552,6 +561,7 @@ impl Host {
             mtu,
         };
         let mut tcb = Tcb::connect(now, spec, self.tcp_set.clone());
+        tcb.set_lso_max(self.tcp_set.lso_max);
         setup(&mut tcb);
         let id = ConnId(self.conns.insert(Conn {
             tcb,

@@ -219,6 +219,11 @@ impl core::ops::BitOr for Events {
     }
 }
 
+/// The largest TCP payload of one large segment: its IPv4 datagram (20-byte header, the
+/// largest TCP header of 60 bytes) still fits the 65,535 bytes of the total-length field
+/// (RFC 791 §3.1).
+pub const LSO_MAX: u32 = 65_535 - 20 - 60;
+
 /// The tunables a connection uses, copied from [`Params`] when it is created.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpSettings {
@@ -255,6 +260,12 @@ pub struct TcpSettings {
     pub naglim: u32,
     /// PSH every this many new-data segments of a burst (0: only when the queue empties).
     pub push_segs: u32,
+    /// The largest payload of one large segment (LSO, `ip_lso_outbound`): 0 = off, one
+    /// MSS per segment; otherwise [`LSO_MAX`]. A connection starts with large segments
+    /// off: its owner turns them on with [`Tcb::set_lso_max`] (this value, or less per
+    /// route or device) where its device path splits them (GSO) or passes them whole
+    /// (TSO).
+    pub lso_max: u32,
     pub invalid_ratelimit: Duration,
     pub reass_max_segs: u32,
     pub sack_max_ranges: u32,
@@ -295,6 +306,7 @@ impl TcpSettings {
             cork_interval: ms(p.tcp_cork_interval),
             naglim: p.tcp_naglim_def,
             push_segs: p.tcp_push_segs,
+            lso_max: if p.ip_lso_outbound { LSO_MAX } else { 0 },
             invalid_ratelimit: ms(p.tcp_invalid_ratelimit),
             reass_max_segs: p.tcp_reass_max_segs,
             sack_max_ranges: p.tcp_sack_max_ranges,

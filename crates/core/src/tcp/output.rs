@@ -72,13 +72,13 @@ impl Tcb {
                 }
                 // SYN-RECEIVED: only ACKs (e.g. a challenge ACK) besides the SYN,ACK.
                 if self.ack_now {
-                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
+                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack, 0));
                 }
                 return None;
             }
             State::TimeWait => {
                 if self.ack_now {
-                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
+                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack, 0));
                 }
                 self.chrono_update(now);
                 return None;
@@ -88,26 +88,26 @@ impl Tcb {
         // RFC 8985 §7.3: a tail loss probe (`rack.rs`).
         if let Some((seq, len, fin, rtx)) = self.plan_tlp(now) {
             let kind = if rtx { Kind::Retransmit } else { Kind::Data };
-            return Some(self.build(now, seq, len, fin, kind));
+            return Some(self.build(now, seq, len, fin, kind, 0));
         }
         if let Some((seq, len, fin)) = self.plan_retransmission(false) {
-            return Some(self.build(now, seq, len, fin, Kind::Retransmit));
+            return Some(self.build(now, seq, len, fin, Kind::Retransmit, 0));
         }
-        if let Some((seq, len, fin)) = self.plan_new_data(now) {
-            return Some(self.build(now, seq, len, fin, Kind::Data));
+        if let Some((seq, len, fin, piece)) = self.plan_new_data(now) {
+            return Some(self.build(now, seq, len, fin, Kind::Data, piece));
         }
         if let Some((seq, len, fin)) = self.plan_retransmission(true) {
-            return Some(self.build(now, seq, len, fin, Kind::Retransmit));
+            return Some(self.build(now, seq, len, fin, Kind::Retransmit, 0));
         }
         if self.probe_pending {
             self.probe_pending = false;
             // Linux-style probe: an old sequence number with no data, which the peer must
             // answer with an ACK carrying its current window.
             let seq = self.snd_una - 1;
-            return Some(self.build(now, seq, 0, false, Kind::Probe));
+            return Some(self.build(now, seq, 0, false, Kind::Probe, 0));
         }
         if self.ack_now || self.dsack.is_some() {
-            return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack));
+            return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack, 0));
         }
         // Nothing more to send: the transmit burst is over.
         self.push_burst.1 = 0;
@@ -299,8 +299,10 @@ impl Tcb {
         Some((s, to.since(s).min(mss)))
     }
 
-    /// New data to send, as (seq, data length, FIN).
-    fn plan_new_data(&mut self, now: Instant) -> Option<(SeqNum, u32, bool)> {
+    /// New data to send, as (seq, data length, FIN, piece): piece is 0 for one ordinary
+    /// segment, else the payload of each piece of a large segment (LSO, see
+    /// [`Tcb::plan_large`]).
+    fn plan_new_data(&mut self, now: Instant) -> Option<(SeqNum, u32, bool, u32)> {
         self.info_state.rwnd_blocked = false;
         let data_end = self.data_end();
         let unsent = data_end.since(self.snd_nxt);
@@ -371,9 +373,34 @@ impl Tcb {
                 return None;
             }
         }
-        let fin = fin_pending && len == unsent;
+        let mut fin = fin_pending && len == unsent;
         if len == 0 && !fin {
             return None;
+        }
+        let (mut len, mut piece) = (len, 0);
+        if len == mss && !force && self.lso_max >= 2 * mss {
+            if let Some(l) = self.plan_large(now, unsent, wnd_avail.min(cwnd_avail), mss) {
+                (len, piece) = (l, mss);
+                fin = fin_pending && len == unsent;
+            }
+        }
+        if let (Some(q), true) = (self.tx_quota, len > 0) {
+            // TCP Small Queues: the owner's queue holds enough of this connection's data.
+            if q == 0 {
+                self.stats.tsq_throttled += 1;
+                self.tx_quota_blocked = true;
+                return None;
+            }
+            let cap = q.max(mss);
+            if len > cap {
+                // Whole pieces only; a single piece is an ordinary segment.
+                len = cap / mss * mss;
+                fin = false;
+                if len <= mss {
+                    (len, piece) = (mss, 0);
+                }
+            }
+            self.tx_quota = Some(q.saturating_sub(len));
         }
         if (self.cork || self.more) && len == unsent {
             if self.cork_deadline.is_some_and(|d| now >= d) {
@@ -386,7 +413,53 @@ impl Tcb {
             self.push_once = false;
         }
         self.probe_pending = self.probe_pending && !force;
-        Some((self.snd_nxt, len, fin))
+        Some((self.snd_nxt, len, fin, piece))
+    }
+
+    /// The payload of a large segment (LSO) starting at SND.NXT whose first piece, a full
+    /// `mss`, may go now: k >= 2 pieces of `mss` bytes within the unsent data, `avail`
+    /// (the peer's window and the congestion allowance), `lso_max` and a size goal of
+    /// about 1 ms at the connection's delivery rate (cwnd/SRTT; before an RTT sample,
+    /// `lso_max`), as Linux sizes its TSO segments. A sub-MSS tail joins only when it
+    /// ends the buffered data and would leave now anyway as a segment of its own: with
+    /// the FIN, or neither corked nor held by Nagle (with the pieces before it in flight).
+    /// `None`: one ordinary segment.
+    fn plan_large(&self, now: Instant, unsent: u32, avail: u32, mss: u32) -> Option<u32> {
+        if mss > u32::from(u16::MAX) {
+            return None;
+        }
+        if let Some(up) = self.snd_up {
+            // Urgent data ahead: ordinary segments keep the pointer exact per segment.
+            if up > self.snd_nxt {
+                return None;
+            }
+        }
+        let hard = unsent.min(avail).min(self.lso_max);
+        let goal = match self.rtt.srtt() {
+            Some(srtt) if !srtt.is_zero() => {
+                let per_ms = u128::from(self.cc.cwnd()) * 1_000_000 / srtt.as_nanos().max(1);
+                u32::try_from(per_ms).unwrap_or(u32::MAX)
+            }
+            _ => self.lso_max,
+        }
+        .max(2 * mss);
+        let k = hard.min(goal) / mss;
+        if k < 2 {
+            return None;
+        }
+        let full = k * mss;
+        let tail = unsent - full;
+        if tail > 0 && tail < mss && unsent <= hard {
+            let fin_pending = self.fin_queued && !self.fin_sent();
+            let corked = (self.cork || self.more)
+                && self.cork_deadline.is_some_and(|d| now < d)
+                && !self.push_once;
+            let nagle = !self.nodelay && tail < mss.min(self.set.naglim);
+            if fin_pending || (!corked && !nagle) {
+                return Some(unsent);
+            }
+        }
+        Some(full)
     }
 
     /// Arms the persist timer (RFC 9293 §3.8.6.1) with exponential backoff.
@@ -496,6 +569,7 @@ impl Tcb {
         Outgoing {
             repr,
             payload: (&[], &[]),
+            gso_size: 0,
         }
     }
 
@@ -540,6 +614,7 @@ impl Tcb {
         Outgoing {
             repr,
             payload: (&[], &[]),
+            gso_size: 0,
         }
     }
 
@@ -551,7 +626,15 @@ impl Tcb {
         len: u32,
         fin: bool,
         kind: Kind,
+        piece: u32,
     ) -> Outgoing<'_> {
+        // A large segment (LSO) counts as the pieces it will be cut into: every counter,
+        // RACK record and PSH rule below sees what one-MSS segments would have made.
+        let pieces = if piece > 0 && len > piece {
+            len.div_ceil(piece)
+        } else {
+            1
+        };
         let mut flags = TcpFlags::ACK;
         if fin {
             flags |= TcpFlags::FIN;
@@ -565,12 +648,15 @@ impl Tcb {
             // Also PSH on every `tcp_push_segs`-th new-data segment of a burst (the
             // segments sent back to back at one instant), as Linux marks the end of each
             // GSO chunk it transmits; RFC 9293 §3.9.1 leaves the choice to the sender.
+            // A large segment carries PSH if any of its pieces would have (GSO keeps it
+            // on the last piece only).
             if self.push_burst.0 != now {
                 self.push_burst = (now, 0);
             }
-            self.push_burst.1 = self.push_burst.1.saturating_add(1);
+            let before = self.push_burst.1;
+            self.push_burst.1 = before.saturating_add(pieces);
             let every = self.set.push_segs;
-            if every > 0 && self.push_burst.1 % every == 0 {
+            if every > 0 && self.push_burst.1 / every > before / every {
                 flags |= TcpFlags::PSH;
             }
         }
@@ -599,16 +685,21 @@ impl Tcb {
         self.ack_now = false;
         self.delack_deadline = None;
         self.rcv_unacked_bytes = 0;
-        self.stats.segs_out += 1;
+        self.stats.segs_out += u64::from(pieces);
         if matches!(kind, Kind::Data | Kind::Retransmit) {
             self.prr_on_send(seq, seq + len + u32::from(fin));
+            if pieces > 1 && self.prr_active() {
+                self.stats.prr_segs += u64::from(pieces - 1);
+            }
         }
 
         match kind {
             Kind::Data => {
                 let end = seq + len + u32::from(fin);
                 if self.rtt_timed.is_none() && end > seq {
-                    self.rtt_timed = Some((end, now));
+                    // The first piece is timed, as it would be alone.
+                    let first_end = if pieces > 1 { seq + piece } else { end };
+                    self.rtt_timed = Some((first_end, now));
                 }
                 if self.snd_una == self.snd_nxt {
                     // The oldest unacknowledged data is sent now (R2, user timeout).
@@ -622,14 +713,20 @@ impl Tcb {
                     self.flight_peak = (flight, end);
                 }
                 if len > 0 {
-                    self.stats.data_segs_out += 1;
+                    self.stats.data_segs_out += u64::from(pieces);
                     self.last_data_sent = now;
                 }
                 if self.rtx_deadline.is_none() {
                     self.rtx_deadline = Some(self.rtx_due(now));
                 }
                 self.persist_deadline = None;
-                self.rack_on_send(now, seq, end, false);
+                // RACK records stay one piece each (RFC 8985 §6.1: per segment).
+                let mut s = seq;
+                for _ in 1..pieces {
+                    self.rack_on_send(now, s, s + piece, false);
+                    s += piece;
+                }
+                self.rack_on_send(now, s, end, false);
             }
             Kind::Retransmit => {
                 self.rack_on_send(now, seq, seq + len + u32::from(fin), true);
@@ -664,6 +761,11 @@ impl Tcb {
                 (&a[start..], &b[..end - a.len()])
             }
         };
-        Outgoing { repr, payload }
+        let gso_size = if pieces > 1 { piece as u16 } else { 0 };
+        Outgoing {
+            repr,
+            payload,
+            gso_size,
+        }
     }
 }

@@ -95,7 +95,7 @@ pub fn sndcnt(
 
 impl Tcb {
     /// PRR governs output: SACK fast recovery.
-    fn prr_active(&self) -> bool {
+    pub(super) fn prr_active(&self) -> bool {
         self.recovery == Recovery::Fast && self.sack_ok
     }
 

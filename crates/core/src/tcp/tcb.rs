@@ -81,6 +81,9 @@ pub struct TcbStats {
     pub tlp_recoveries: u64,
     /// Retransmissions a D-SACK showed were not needed (RFC 3708).
     pub spurious_rtx: u64,
+    /// Times new data was held back only by the transmit quota (TCP Small Queues,
+    /// [`Tcb::set_tx_quota`]).
+    pub tsq_throttled: u64,
 }
 
 /// A `tcp_info`-like snapshot of one connection (for netstat and tests).
@@ -189,6 +192,11 @@ pub(super) enum Recovery {
 pub struct Outgoing<'a> {
     pub repr: TcpRepr,
     pub payload: (&'a [u8], &'a [u8]),
+    /// 0 for an ordinary segment. Otherwise a large segment (LSO, see
+    /// [`Tcb::set_lso_max`]) to be cut into pieces of this many payload bytes each (the
+    /// last one may be shorter; `payload_len() > gso_size`), e.g. by
+    /// [`crate::ip::gso::gso_split`] or a device that segments (TSO).
+    pub gso_size: u16,
 }
 
 impl Outgoing<'_> {
@@ -301,6 +309,12 @@ pub struct Tcb {
     /// The current transmit burst (see `build` in output.rs): its instant and the
     /// new-data segments sent in it so far.
     pub(super) push_burst: (Instant, u32),
+    /// The largest payload of one large segment (LSO); 0 or at most one MSS: off.
+    pub(super) lso_max: u32,
+    /// TCP Small Queues: new-data bytes the owner will still take (None: no limit).
+    pub(super) tx_quota: Option<u32>,
+    /// New data was held back by `tx_quota` since the owner last asked.
+    pub(super) tx_quota_blocked: bool,
     /// The largest flight since the round ending at the sequence number beside it was
     /// sent (cwnd validation in slow start, see `cc_on_ack`).
     pub(super) flight_peak: (u32, SeqNum),
@@ -467,6 +481,11 @@ impl Tcb {
             cwnd_blocked: false,
             last_data_sent: now,
             push_burst: (now, 0),
+            // Off until the owner, which knows whether its device path takes large
+            // segments, turns it on (`set_lso_max`, usually with `set.lso_max`).
+            lso_max: 0,
+            tx_quota: None,
+            tx_quota_blocked: false,
             flight_peak: (0, spec.iss),
             rto_reduced: false,
             rtx_deadline: None,
@@ -903,6 +922,32 @@ impl Tcb {
         self.snd_buf.clear();
         self.ooo.clear();
         self.enter_closed();
+    }
+
+    /// The largest payload of one large segment this connection may emit (LSO, per route
+    /// or device; [`crate::tcp::LSO_MAX`] at most). 0, or no more than one MSS, turns
+    /// large segments off: every segment carries at most one MSS.
+    pub fn set_lso_max(&mut self, bytes: u32) {
+        self.lso_max = bytes.min(super::LSO_MAX);
+    }
+
+    /// TCP Small Queues: `Some(q)` lets new-data segments out only while `q > 0`, each
+    /// carrying at most `max(q, one MSS)` bytes, and takes each one's payload off `q`;
+    /// retransmissions, ACKs, SYN, RST, probes and a FIN without data are never held.
+    /// `None`: no limit.
+    pub fn set_tx_quota(&mut self, quota: Option<u32>) {
+        self.tx_quota = quota;
+    }
+
+    /// The quota left ([`Tcb::set_tx_quota`]).
+    pub fn tx_quota(&self) -> Option<u32> {
+        self.tx_quota
+    }
+
+    /// True once after new data was held back by the transmit quota: the owner should
+    /// raise the quota and flush again when its queue drains.
+    pub fn take_tx_quota_blocked(&mut self) -> bool {
+        core::mem::take(&mut self.tx_quota_blocked)
     }
 
     /// TCP_NODELAY: disable Nagle (RFC 896). Turning it on also pushes what is buffered
