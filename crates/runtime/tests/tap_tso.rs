@@ -553,39 +553,58 @@ fn kernel_segments_our_gso_frame_when_forwarding_it() {
     let mut far = Peer::new(far_tap.queues()[0].clone(), FAR);
     near.resolve_kernel();
 
-    let data = pattern(UP, 0x3c);
-    let base: u32 = 0x0bad_cafe;
-    let before = near_tap.counters();
-    near.send_tcp_to(FAR, &seg(base, 1, TcpFlags::PSH | TcpFlags::ACK), &data);
-    let after = near_tap.counters();
-    assert_eq!(after.tx_gso, before.tx_gso + 1, "sent as one GSO write");
-    assert_eq!(
-        after.tx_errors, 0,
-        "the kernel refused the write: {after:?}"
-    );
+    // The device says so: the offloading queue segments, the plain one does not.
+    assert!(near_tap.queues()[0].tso());
+    assert!(!far_tap.queues()[0].tso());
 
-    let mss = MTU - IPV4_HEADER_LEN - 20;
-    let segments = UP.div_ceil(mss);
-    let mut got: Vec<u8> = Vec::with_capacity(UP);
-    let deadline = Instant::now() + STEP;
-    for i in 0..segments {
-        // `next_tcp` has verified the IPv4 and TCP checksums.
-        let s = far.expect_tcp(deadline, &format!("forwarded segment {i} of {segments}"));
-        assert_eq!((s.ip.src, s.ip.ttl), (PEER, 63), "segment {i}");
-        assert!(
-            s.frame_len <= ETHERNET_HEADER_LEN + MTU,
-            "segment {i} too long"
+    // A 60,000-byte segment, then the largest one IPv4 can carry (65,535 bytes of IP).
+    for (len, fill, base) in [
+        (UP, 0x3c, 0x0bad_cafe_u32),
+        (65_535 - IPV4_HEADER_LEN - 20, 0x5a, 0x1bad_cafe_u32),
+    ] {
+        let data = pattern(len, fill);
+        let before = near_tap.counters();
+        near.send_tcp_to(FAR, &seg(base, 1, TcpFlags::PSH | TcpFlags::ACK), &data);
+        let after = near_tap.counters();
+        assert_eq!(
+            after.tx_gso,
+            before.tx_gso + 1,
+            "{len}: sent as one GSO write"
         );
         assert_eq!(
-            s.tcp.seq,
-            base.wrapping_add(got.len() as u32),
-            "segment {i}"
+            after.tx_errors, 0,
+            "{len}: the kernel refused the write: {after:?}"
         );
-        assert_eq!(s.payload.len(), mss.min(UP - got.len()), "segment {i}");
-        assert!(s.tcp.flags.ack(), "segment {i}");
-        got.extend_from_slice(&s.payload);
+
+        let mss = MTU - IPV4_HEADER_LEN - 20;
+        let segments = len.div_ceil(mss);
+        let mut got: Vec<u8> = Vec::with_capacity(len);
+        let deadline = Instant::now() + STEP;
+        for i in 0..segments {
+            // `next_tcp` has verified the IPv4 and TCP checksums.
+            let s = far.expect_tcp(
+                deadline,
+                &format!("{len}: forwarded segment {i} of {segments}"),
+            );
+            assert_eq!((s.ip.src, s.ip.ttl), (PEER, 63), "segment {i}");
+            assert!(
+                s.frame_len <= ETHERNET_HEADER_LEN + MTU,
+                "segment {i} too long"
+            );
+            assert_eq!(
+                s.tcp.seq,
+                base.wrapping_add(got.len() as u32),
+                "segment {i}"
+            );
+            assert_eq!(s.payload.len(), mss.min(len - got.len()), "segment {i}");
+            assert!(s.tcp.flags.ack(), "segment {i}");
+            got.extend_from_slice(&s.payload);
+        }
+        assert!(
+            got == data,
+            "{len}: the segments carry other bytes than were sent"
+        );
     }
-    assert!(got == data, "the segments carry other bytes than were sent");
     let c = far_tap.counters();
     assert_eq!(c.rx_gso + c.rx_errors, 0, "{c:?}");
     drop(near);

@@ -260,6 +260,14 @@ impl Device for Capture {
     fn flush(&self) {
         self.inner.flush()
     }
+
+    fn tx_backlog(&self, now: Instant) -> Option<super::device::TxBacklog> {
+        self.inner.tx_backlog(now)
+    }
+
+    fn tso(&self) -> bool {
+        self.inner.tso()
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +329,47 @@ mod tests {
             n += 1;
         }
         n
+    }
+
+    /// A device that segments by itself and reports a fixed backlog.
+    struct Offloading;
+
+    impl Device for Offloading {
+        fn transmit(&self, _: Vec<u8>) {}
+        fn poll_rx(&self, _: Instant, _: &mut Vec<Vec<u8>>, _: usize) {}
+        fn next_rx(&self) -> Option<Instant> {
+            None
+        }
+        fn set_rx_waker(&self, _: Box<dyn Fn() + Send + Sync>) {}
+        fn mtu(&self) -> u32 {
+            1500
+        }
+        fn tx_backlog(&self, now: Instant) -> Option<crate::dev::TxBacklog> {
+            Some(crate::dev::TxBacklog {
+                bytes: now.as_nanos() as usize,
+                rate_bps: 7,
+            })
+        }
+        fn tso(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn backlog_and_tso_are_the_inner_devices() {
+        let opts = CaptureOptions {
+            snaplen: 100,
+            max_bytes: None,
+        };
+        let cap =
+            Capture::to_writer(Arc::new(Offloading), Box::new(Shared::default()), opts).unwrap();
+        assert!(cap.tso());
+        let bl = cap.tx_backlog(Instant::from_nanos(1234)).unwrap();
+        assert_eq!((bl.bytes, bl.rate_bps), (1234, 7));
+        let (a, _b) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 7);
+        let cap = Capture::to_writer(a, Box::new(Shared::default()), opts).unwrap();
+        assert!(!cap.tso());
+        assert_eq!(cap.tx_backlog(Instant::from_nanos(1)), None);
     }
 
     #[test]

@@ -11,6 +11,15 @@
 
 use ember_core::time::Instant;
 
+/// What a device with a transmit queue of its own holds (see [`Device::tx_backlog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxBacklog {
+    /// Bytes accepted by `transmit` and not yet serialised onto the medium.
+    pub bytes: usize,
+    /// The rate at which that backlog drains, in bits per second.
+    pub rate_bps: u64,
+}
+
 /// A network device as the stack drives it.
 pub trait Device: Send + Sync + 'static {
     /// Queues a frame for transmission (Ethernet header included, no FCS).
@@ -30,4 +39,16 @@ pub trait Device: Send + Sync + 'static {
     /// also sends by itself when its batch is full, so a frame never waits longer than
     /// the rest of one squeue drain. Wrappers pass it on.
     fn flush(&self) {}
+    /// The device's own transmit backlog at `now`, so the stack can keep it short (a
+    /// byte-queue limit: hold frames in its fair queue while the device holds more than
+    /// about 1 ms at its rate). `None`: the device hands frames on synchronously (TAP,
+    /// AF_PACKET) or drains at an unbounded rate, and keeps no queue ember can see.
+    fn tx_backlog(&self, _now: Instant) -> Option<TxBacklog> {
+        None
+    }
+    /// Whether the device accepts TCP frames larger than its MTU and segments them itself
+    /// (TCP segmentation offload); if not, the stack must split them before `transmit`.
+    fn tso(&self) -> bool {
+        false
+    }
 }

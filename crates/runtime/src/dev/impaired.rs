@@ -12,7 +12,7 @@
 //! the same instants, a seed decides the same fate for each.
 
 use super::derive_seed;
-use super::device::Device;
+use super::device::{Device, TxBacklog};
 use super::impair::ImpairConfig;
 use super::wire::{Wire, WireStats};
 use ember_core::time::Instant;
@@ -164,6 +164,12 @@ impl Device for Impaired {
     fn flush(&self) {
         self.inner.flush()
     }
+
+    /// The transmit wire's backlog when it has a finite rate (what the impairment holds
+    /// back beyond that, its propagation delay, is not a queue the stack can shorten).
+    fn tx_backlog(&self, now: Instant) -> Option<TxBacklog> {
+        super::link::wire_backlog(&lock(&self.tx), now)
+    }
 }
 
 #[cfg(test)]
@@ -202,6 +208,39 @@ mod tests {
         imp.poll_rx(due, &mut out, 8);
         assert_eq!(out, vec![vec![2u8; 64]]);
         assert_eq!(imp.next_rx(), None);
+    }
+
+    #[test]
+    fn the_transmit_wire_backlog_is_reported_with_a_finite_rate() {
+        let (a, _b) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 1);
+        let plain = Impaired::new(
+            a.clone(),
+            ImpairConfig::default(),
+            ImpairConfig::default(),
+            1,
+        )
+        .unwrap();
+        plain.transmit(vec![0u8; 1000]);
+        assert_eq!(plain.tx_backlog(crate::clock::now()), None);
+        let slow = ImpairConfig {
+            rate_bps: Some(1_000_000),
+            queue_bytes: 100_000,
+            ..ImpairConfig::default()
+        };
+        let imp = Impaired::new(a, slow, ImpairConfig::default(), 1).unwrap();
+        let t0 = crate::clock::now();
+        for _ in 0..10 {
+            imp.transmit(vec![0u8; 1000]);
+        }
+        let bl = imp.tx_backlog(crate::clock::now()).expect("finite rate");
+        assert_eq!(bl.rate_bps, 1_000_000);
+        assert!(bl.bytes > 5000 && bl.bytes <= 10_000, "{bl:?}");
+        assert_eq!(
+            imp.tx_backlog(t0 + Duration::from_secs(1)).unwrap().bytes,
+            0
+        );
+        // It checks the MTU itself, so it never takes over-MTU frames for the inner device.
+        assert!(!imp.tso());
     }
 
     #[test]

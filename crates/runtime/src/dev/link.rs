@@ -8,6 +8,7 @@
 use ember_core::time::Instant;
 
 use super::derive_seed;
+use super::device::TxBacklog;
 use super::impair::ImpairConfig;
 use super::wire::{SendOutcome, Wire};
 
@@ -70,6 +71,12 @@ impl Link {
         }
     }
 
+    /// The transmit backlog of end `from` at `now` (its wire's [`Wire::backlog`] and
+    /// rate), or `None` when that wire is infinitely fast and so never holds a queue.
+    pub fn tx_backlog(&self, now: Instant, from: End) -> Option<TxBacklog> {
+        wire_backlog(self.wire(from), now)
+    }
+
     /// The wire carrying frames sent by `from`.
     pub fn wire(&self, from: End) -> &Wire {
         match from {
@@ -87,6 +94,15 @@ impl Link {
     }
 }
 
+/// A wire's backlog as a device reports it: `None` with an infinite rate.
+pub(crate) fn wire_backlog(w: &Wire, now: Instant) -> Option<TxBacklog> {
+    let rate_bps = w.rate_bps()?;
+    Some(TxBacklog {
+        bytes: w.backlog(now),
+        rate_bps: rate_bps.max(1),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +111,32 @@ mod tests {
 
     fn ms(n: u64) -> Instant {
         Instant::from_millis(n)
+    }
+
+    #[test]
+    fn tx_backlog_is_the_senders_wire_with_a_finite_rate() {
+        let mut l = Link::new(
+            ImpairConfig {
+                rate_bps: Some(8_000_000),
+                ..Default::default()
+            },
+            ImpairConfig::default(),
+            3,
+        );
+        assert_eq!(
+            l.tx_backlog(ms(0), End::A),
+            Some(TxBacklog {
+                bytes: 0,
+                rate_bps: 8_000_000
+            })
+        );
+        l.send(ms(0), End::A, vec![0; 1000]);
+        l.send(ms(0), End::A, vec![0; 1000]);
+        assert_eq!(l.tx_backlog(ms(1), End::A).unwrap().bytes, 1000);
+        assert_eq!(l.tx_backlog(ms(2), End::A).unwrap().bytes, 0);
+        // B's wire is infinitely fast: no queue to report.
+        l.send(ms(0), End::B, vec![0; 1000]);
+        assert_eq!(l.tx_backlog(ms(0), End::B), None);
     }
 
     #[test]

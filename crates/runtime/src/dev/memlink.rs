@@ -7,7 +7,7 @@
 //! one mutex around the link: the wire model is tiny, and a frame crosses it twice (send,
 //! receive), so contention is bounded by the frame rate.
 
-use super::device::Device;
+use super::device::{Device, TxBacklog};
 use super::impair::ImpairConfig;
 use super::link::{End, Link};
 use super::wire::WireStats;
@@ -114,5 +114,40 @@ impl Device for MemLinkEnd {
 
     fn mtu(&self) -> u32 {
         self.shared.mtu
+    }
+
+    fn tx_backlog(&self, now: Instant) -> Option<TxBacklog> {
+        self.link().tx_backlog(now, self.end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_end_reports_its_own_transmit_backlog() {
+        let slow = ImpairConfig {
+            rate_bps: Some(1_000_000),
+            queue_bytes: 100_000,
+            ..ImpairConfig::default()
+        };
+        let (a, b) = mem_link(slow, ImpairConfig::default(), 1);
+        let t0 = crate::clock::now();
+        for _ in 0..10 {
+            a.transmit(vec![0u8; 1000]);
+        }
+        // 10,000 bytes at 1 Mbit/s take 80 ms; only the first few can be gone by now.
+        let bl = a.tx_backlog(crate::clock::now()).expect("a finite rate");
+        assert_eq!(bl.rate_bps, 1_000_000);
+        assert!(bl.bytes > 5000 && bl.bytes <= 10_000, "{bl:?}");
+        assert_eq!(
+            a.tx_backlog(t0 + std::time::Duration::from_secs(1))
+                .unwrap()
+                .bytes,
+            0
+        );
+        assert_eq!(b.tx_backlog(crate::clock::now()), None);
+        assert!(!a.tso() && !b.tso());
     }
 }

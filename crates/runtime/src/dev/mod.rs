@@ -44,6 +44,7 @@ pub mod link;
 pub mod memlink;
 #[cfg(all(not(loom), target_os = "linux"))]
 pub mod netns;
+pub mod qdisc;
 pub mod switch;
 #[cfg(all(not(loom), target_os = "linux"))]
 pub mod tap;
@@ -53,13 +54,14 @@ pub mod wire;
 pub use afpacket::{AfPacket, AfPacketConfig, AfPacketCounters, RingConfig};
 #[cfg(not(loom))]
 pub use capture::{Capture, CaptureOptions, CaptureStats};
-pub use device::Device;
+pub use device::{Device, TxBacklog};
 pub use impair::ImpairConfig;
 #[cfg(not(loom))]
 pub use impaired::Impaired;
 pub use link::{End, Link};
 #[cfg(not(loom))]
 pub use memlink::{mem_link, MemLinkEnd};
+pub use qdisc::{frame_flow, Fq, FqConfig, FqStats, QItem};
 pub use switch::{Switch, SwitchStats};
 #[cfg(all(not(loom), target_os = "linux"))]
 pub use tap::{Tap, TapConfig, TapCounters};

@@ -870,6 +870,12 @@ impl Device for TapQueue {
     fn mtu(&self) -> u32 {
         self.mtu
     }
+
+    /// With the virtio-net header (offload on), a TCP/IPv4 frame longer than the MTU
+    /// leaves whole with a `GSO_TCPV4` header and the kernel segments it.
+    fn tso(&self) -> bool {
+        self.vnet
+    }
 }
 
 #[cfg(test)]
