@@ -243,6 +243,14 @@ tunables! {
     arp_retry_interval: u32 = 1000, 10, 60_000, "ms", "time between ARP requests for an unresolved address";
     arp_max_retries: u32 = 3, 1, 100, "requests", "ARP requests before an address is declared unreachable";
     arp_pending_max: u32 = 64, 1, 4096, "packets", "packets queued per address awaiting ARP resolution";
+    ip_fq: bool = true, 0, 1, "", "fair queueing in front of devices whose queue drains at a known rate: deficit round robin over flows, new flows first, a CoDel delay bound per flow (RFC 8289); off = frames go to the device queue in order";
+    ip_fq_quantum: u32 = 1514, 256, 65_536, "bytes", "bytes a flow may send per round of the fair queue";
+    ip_fq_limit: u32 = 10_240, 16, 1_000_000, "packets", "frames the fair queue of one device queue holds before it drops from the longest flow";
+    ip_fq_codel_target: u32 = 5_000, 100, 1_000_000, "us", "CoDel target: acceptable standing queue delay per flow";
+    ip_fq_codel_interval: u32 = 100_000, 1_000, 10_000_000, "us", "CoDel interval: how long the delay must stay above target before the first drop";
+    ip_dev_queue_us: u32 = 1_000, 0, 1_000_000, "us", "time's worth of frames at the link rate a device's own queue may hold (at least two full frames); the rest waits in the fair queue, like Linux BQL";
+    tcp_tsq_us: u32 = 1_000, 0, 1_000_000, "us", "TCP Small Queues: a connection keeps at most this long at the link rate, or two of its segments if more, in the device queues; 0 = no limit";
+    tcp_pacing: bool = false, 0, 1, "", "pace each connection at cwnd/srtt (twice that in slow start, 1.2 times after) on devices whose queue drains at a known rate";
     squeue_drain_ms: u32 = 20, 0, 1000, "ms", "time a non-worker thread may spend draining a squeue";
     squeue_spin_us: u32 = 20, 0, 100_000, "us", "time a thread spins before parking (like SO_BUSY_POLL)";
 }

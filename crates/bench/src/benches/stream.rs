@@ -3,7 +3,11 @@
 //! thread drains into a 256 KiB buffer. The time runs from the first write to the reader's
 //! end of file, so bytes still queued when the writer finishes are counted.
 //! `ember-wire` runs at the MTU given (1500 by default) and at 65535, the spec's two
-//! wire targets. `limit-memcpy` copies the same writes once into a 1 MiB ring on one
+//! wire targets, with the stack's defaults (large segments split just before the link,
+//! GSO, and coalesced on receive, GRO); `ember-wire[mtu1500-nooffload]` runs the same link
+//! with `ip_lso_outbound=0 ip_gro=0` on both stacks: one MTU-sized segment per trip
+//! through TCP, IP and the link, which is what LSO/GSO/GRO must at least halve the cost
+//! of. `limit-memcpy` copies the same writes once into a 1 MiB ring on one
 //! thread: the one copy a socket stream cannot avoid, without any protocol.
 
 use crate::env::{Env, EnvConfig, Variant};
@@ -16,6 +20,9 @@ use std::net::Shutdown;
 use std::time::Instant;
 
 const CHUNK: usize = 64 * 1024;
+/// The mode suffix for the `ember-wire` case with large segments and receive coalescing
+/// off.
+const NO_OFFLOAD: &str = "-nooffload";
 
 /// Runs the bench.
 pub fn run(o: &Opts) -> io::Result<Report> {
@@ -28,6 +35,10 @@ pub fn run(o: &Opts) -> io::Result<Report> {
         for m in mtus {
             cases.push(Case::mode(Variant::EmberWire, format!("mtu{m}")));
         }
+        cases.push(Case::mode(
+            Variant::EmberWire,
+            format!("mtu{}{NO_OFFLOAD}", cfg.mtu),
+        ));
     }
     cases.extend(o.cases(&[
         Variant::EmberTap,
@@ -41,7 +52,15 @@ pub fn run(o: &Opts) -> io::Result<Report> {
         }
         let mut cfg = cfg.clone();
         if let Some(m) = c.mode.as_deref().and_then(|m| m.strip_prefix("mtu")) {
+            let (m, off) = match m.strip_suffix(NO_OFFLOAD) {
+                Some(m) => (m, true),
+                None => (m, false),
+            };
             cfg.mtu = m.parse().unwrap_or(1500);
+            if off {
+                cfg.params.push(("ip_lso_outbound".into(), "0".into()));
+                cfg.params.push(("ip_gro".into(), "0".into()));
+            }
         }
         transfer(c.variant, &cfg, bytes)
     });
@@ -54,15 +73,19 @@ pub fn run(o: &Opts) -> io::Result<Report> {
     r.check_ratio("ember-fused", "kernel-tcp", "gbit_per_s", false, 3.0);
     r.check_ratio(&wire(65_535), "kernel-tcp", "gbit_per_s", false, 1.0);
     r.check_ratio(&wire(1500), "kernel-tcp", "gbit_per_s", false, 0.5);
-    let lso = o
-        .params
-        .iter()
-        .find(|(k, _)| k == "ip_lso_outbound")
-        .is_none_or(|(_, v)| v != "0");
-    if lso {
+    // Issue 7: LSO/GSO/GRO at least double ember-wire at MTU 1500.
+    r.check_ratio(
+        &wire(1500),
+        &format!("ember-wire[mtu1500{NO_OFFLOAD}]"),
+        "gbit_per_s",
+        false,
+        2.0,
+    );
+    let off = |k: &str| o.params.iter().any(|(n, v)| n == k && v == "0");
+    if off("ip_lso_outbound") || off("ip_gro") {
         r.notes.push(
-            "ip_lso_outbound is on, but ember builds no segment larger than the MTU yet \
-             (the transmit-path issue): the MTU-65535 wire carries 64 KiB frames instead"
+            "--param turned LSO or GRO off for every case: the offload comparison compares \
+             like with like"
                 .into(),
         );
     }

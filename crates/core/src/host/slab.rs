@@ -13,6 +13,14 @@ impl Key {
     pub fn as_u64(self) -> u64 {
         u64::from(self.gen) << 32 | u64::from(self.idx)
     }
+
+    /// The key [`Key::as_u64`] made `v` from.
+    pub fn from_u64(v: u64) -> Key {
+        Key {
+            idx: v as u32,
+            gen: (v >> 32) as u32,
+        }
+    }
 }
 
 #[derive(Debug)]

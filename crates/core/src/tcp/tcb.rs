@@ -939,6 +939,21 @@ impl Tcb {
         self.tx_quota = quota;
     }
 
+    /// The rate to pace this connection at, bits per second: cwnd per smoothed RTT,
+    /// twice that in slow start and 1.2 times after, so pacing never holds the window
+    /// back (the factors Linux uses). `None` before the first RTT sample.
+    pub fn pacing_rate(&self) -> Option<u64> {
+        let srtt = self.rtt.srtt().filter(|d| !d.is_zero())?;
+        let cwnd = u128::from(self.cc.cwnd());
+        let pct: u128 = if self.cc.cwnd() < self.cc.ssthresh() {
+            200
+        } else {
+            120
+        };
+        let bps = cwnd * 8 * 1_000_000_000 * pct / 100 / srtt.as_nanos().max(1);
+        Some(u64::try_from(bps).unwrap_or(u64::MAX).max(1))
+    }
+
     /// The quota left ([`Tcb::set_tx_quota`]).
     pub fn tx_quota(&self) -> Option<u32> {
         self.tx_quota

@@ -24,6 +24,8 @@
 //!   a rule unfuses every fused connection it matches, because fused data would bypass it.
 
 pub(crate) mod perim;
+pub(crate) mod txq;
+pub use txq::TxStats;
 
 use crate::classifier::{Classifier, Tuple};
 use crate::dev::Device;
@@ -301,6 +303,8 @@ impl StackBuilder {
                     h
                 },
                 tcp_set: RwLock::new(TcpSettings::from_params(&self.params)),
+                tx_cfg: RwLock::new(txq::TxConfig::from_params(&self.params)),
+                tx_gen: AtomicU64::new(0),
                 squeues,
                 cpus: cpus.clone(),
                 classifier: Classifier::default(),
@@ -407,6 +411,10 @@ pub struct StackInner {
     /// by `set_param` so that path never takes the params lock.
     pub(crate) hot: HotParams,
     tcp_set: RwLock<TcpSettings>,
+    /// The transmit side's settings (`txq.rs`), and a generation the squeues compare
+    /// with theirs to pick up a change.
+    tx_cfg: RwLock<txq::TxConfig>,
+    pub(crate) tx_gen: AtomicU64,
     pub(crate) squeues: Vec<Arc<Squeue<Perim>>>,
     cpus: Vec<usize>,
     pub(crate) classifier: Classifier,
@@ -450,6 +458,13 @@ impl StackInner {
 
     pub(crate) fn params(&self) -> std::sync::RwLockReadGuard<'_, Params> {
         self.params.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn tx_config(&self) -> txq::TxConfig {
+        self.tx_cfg
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn tcp_settings(&self) -> TcpSettings {
@@ -649,6 +664,8 @@ impl StackInner {
                         dst,
                         bytes: segment,
                         csum_ok: false,
+                        segs: 1,
+                        gso_size: 0,
                     };
                     if target == p.id {
                         p.input(self, now, seg);
@@ -847,6 +864,8 @@ pub struct StackStats {
     pub squeue: SqCounters,
     /// Per squeue.
     pub per_squeue: Vec<SqCounters>,
+    /// The transmit side (GSO, fair queues, TCP Small Queues), summed over squeues.
+    pub tx: TxStats,
 }
 
 impl Stack {
@@ -880,6 +899,9 @@ impl Stack {
             .tcp_set
             .write()
             .unwrap_or_else(|e| e.into_inner()) = TcpSettings::from_params(&p);
+        *self.inner.tx_cfg.write().unwrap_or_else(|e| e.into_inner()) =
+            txq::TxConfig::from_params(&p);
+        self.inner.tx_gen.fetch_add(1, Ordering::Relaxed);
         for sq in &self.inner.squeues {
             sq.set_drain_limit(Duration::from_millis(u64::from(p.squeue_drain_ms)));
             sq.set_spin(Duration::from_micros(u64::from(p.squeue_spin_us)));
@@ -962,10 +984,11 @@ impl Stack {
         };
         let mut all_tcb = ember_core::tcp::TcbStats::default();
         for sq in &self.inner.squeues {
-            let (tcbs, estab, ps) = sq.with(|p: &mut Perim| {
+            let (tcbs, estab, ps, tx) = sq.with(|p: &mut Perim| {
                 let (s, e) = p.tcb_stats();
-                (s, e, p.stats)
+                (s, e, p.stats, p.tx.stats())
             });
+            out.tx += tx;
             all_tcb.accumulate(&tcbs);
             out.host.tcp.curr_estab += estab;
             let t = &mut out.tcp;
@@ -1068,6 +1091,24 @@ impl Stack {
             ("drain_ns", q.drain_ns),
         ] {
             v.push((format!("squeue:{k}"), x));
+        }
+        let x = &s.tx;
+        for (k, val) in [
+            ("gso_splits", x.gso_splits),
+            ("gso_segs", x.gso_segs),
+            ("gso_errors", x.gso_errors),
+            ("tso_sends", x.tso_sends),
+            ("direct", x.direct),
+            ("dev_queue_full", x.dev_queue_full),
+            ("tsq_throttles", x.tsq_throttles),
+            ("fq_enqueued", x.fq.enqueued),
+            ("fq_dequeued", x.fq.dequeued),
+            ("fq_drops_overlimit", x.fq.drops_overlimit),
+            ("fq_codel_drops", x.fq.codel_drops),
+            ("fq_new_flows", x.fq.new_flows),
+            ("fq_paced_waits", x.fq.paced_waits),
+        ] {
+            v.push((format!("txq:{k}"), val));
         }
         for (k, x) in [
             ("conns", self.inner.classifier.len() as u64),

@@ -20,6 +20,7 @@
 //! [`Perim::try_fuse`], [`Perim::send`], [`Perim::recv`] and [`Perim::unfuse`]. The
 //! sequence-number work is in the core (`Tcb::fused_send`, `Tcb::unfuse_pair`).
 
+use super::txq::{TxConfig, TxFrame, TxQueues};
 use super::{Probe, StackInner};
 use crate::classifier::{flow_hash, ConnLoc, Tuple};
 use crate::socket::shared::ready;
@@ -49,6 +50,27 @@ const LO_BUDGET: usize = 4096;
 /// layer's headroom) and the IP header.
 const FRAME_FRONT: usize = HEADROOM + IPV4_HEADER_LEN;
 
+/// What a TCP segment on its way to a device carries besides its bytes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Tx {
+    /// The connection's key (`Key::as_u64`), for TCP Small Queues; 0 for none.
+    owner: u64,
+    /// Payload per piece of a large segment (0: an ordinary one).
+    gso: u16,
+    /// Pacing rate (bits/s), if the connection is paced.
+    pace: Option<u64>,
+}
+
+/// A connection's key as a fair-queue owner tag (0 is "no owner").
+fn owner_tag(key: Key) -> u64 {
+    key.as_u64().wrapping_add(1)
+}
+
+/// The connection an owner tag names.
+fn owner_key(tag: u64) -> Option<Key> {
+    tag.checked_sub(1).map(Key::from_u64)
+}
+
 /// One connection in its squeue.
 pub(crate) struct Conn {
     pub tcb: Tcb,
@@ -76,6 +98,15 @@ pub(crate) struct Conn {
     pub hop: Option<(IfaceId, MacAddr)>,
     /// The connection's error was reported to the application (once, as Linux).
     pub err_reported: bool,
+    /// TCP Small Queues: bytes of this connection's frames waiting in this squeue's fair
+    /// queues (see `txq.rs`).
+    pub tsq_bytes: u32,
+    /// TCP held new data back for `tsq_bytes`; flush again when credit returns.
+    pub tsq_throttled: bool,
+    /// The link rate of the device queue its frames last waited for.
+    pub tsq_rate: u64,
+    /// Payload of its latest data segment (TSQ allows two of them).
+    pub last_seg: u32,
 }
 
 impl Conn {
@@ -99,6 +130,10 @@ impl Conn {
             flowctl_full: false,
             hop: None,
             err_reported: false,
+            tsq_bytes: 0,
+            tsq_throttled: false,
+            tsq_rate: 0,
+            last_seg: 0,
         }
     }
 }
@@ -111,6 +146,11 @@ pub(crate) struct Seg {
     pub bytes: Vec<u8>,
     /// Checksum known good (loopback: never computed, as Linux `lo`).
     pub csum_ok: bool,
+    /// Wire segments it stands for (a large loopback segment, or segments coalesced on
+    /// receive); 1 for an ordinary one.
+    pub segs: u16,
+    /// Payload of each of those segments but the last (0 when `segs` is 1).
+    pub gso_size: u16,
 }
 
 /// Fusion and squeue-level TCP counters of one squeue.
@@ -160,6 +200,14 @@ pub(crate) struct Perim {
     rx_buf: Vec<Vec<u8>>,
     /// Devices this squeue transmitted on since it last left: flushed on leaving.
     tx_dirty: Vec<Arc<dyn crate::dev::Device>>,
+    /// GSO, fair queues and TCP Small Queues credit in front of its devices.
+    pub tx: TxQueues,
+    /// The generation of the stack's transmit settings `tx` was built from.
+    tx_gen: u64,
+    /// Connections TCP Small Queues held back whose credit has returned: flushed next.
+    tsq_ready: Vec<Key>,
+    /// `tsq_ready` is being flushed (a flush it causes does not start another round).
+    tsq_running: bool,
     /// Squeue 0 runs the IP layer's own timers (ARP, reassembly): this is the IP
     /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
     /// reading it never touches the stack's reference count.
@@ -180,6 +228,13 @@ impl Perim {
             rx_devs: Vec::new(),
             rx_buf: Vec::new(),
             tx_dirty: Vec::new(),
+            tx: TxQueues::new(
+                TxConfig::from_params(&ember_core::params::Params::default()),
+                crate::dev::derive_seed(id as u64, 0x7478),
+            ),
+            tx_gen: u64::MAX,
+            tsq_ready: Vec::new(),
+            tsq_running: false,
             host_deadline: None,
         }
     }
@@ -302,7 +357,7 @@ impl Perim {
         self.stats.out_rsts_noconn += 1;
         let mut bytes = vec![0u8; r.header_len()];
         r.emit_header(&mut bytes);
-        self.output(st, now, None, local, remote, 0, bytes, false);
+        self.output(st, now, None, local, remote, 0, bytes, false, Tx::default());
     }
 
     /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue.
@@ -348,7 +403,13 @@ impl Perim {
             ts_offset: st.isn.ts_offset(local, remote),
             mtu,
         };
-        let tcb = Tcb::accept(now, spec, st.tcp_settings(), seg);
+        let set = st.tcp_settings();
+        let lso = set.lso_max;
+        let mut tcb = Tcb::accept(now, spec, set, seg);
+        if !is_local {
+            // Large segments for a device (loopback segments are 64 KiB already).
+            tcb.set_lso_max(lso);
+        }
         let key = self.conns.next_key();
         let shared = ConnShared::new(self.id, key, local, remote);
         let k = self
@@ -374,6 +435,7 @@ impl Perim {
 
     /// Sends what connection `key` has to send, then runs [`Perim::after`].
     pub fn flush(&mut self, st: &StackInner, now: Instant, key: Key) {
+        self.sync_tx(st);
         loop {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
@@ -386,11 +448,27 @@ impl Perim {
             let remote = c.tcb.remote();
             let tos = c.tcb.tos();
             let hop = c.hop;
+            // TCP Small Queues: while this connection's frames wait in a fair queue, TCP
+            // adds new data only up to the limit (`txq.rs`).
+            let quota = if c.tsq_bytes > 0 {
+                self.tx
+                    .tsq_limit(c.last_seg, c.tsq_rate)
+                    .map(|l| l.saturating_sub(c.tsq_bytes))
+            } else {
+                None
+            };
+            c.tcb.set_tx_quota(quota);
+            let pace = if self.tx.cfg.pacing {
+                c.tcb.pacing_rate()
+            } else {
+                None
+            };
             let Some(out) = c.tcb.poll_transmit(now) else {
                 break;
             };
             let hl = out.repr.header_len();
             let n = out.payload_len();
+            let gso = out.gso_size;
             // A segment for a device is built where the frame will carry it, behind room
             // for the Ethernet and IP headers: one buffer and one payload copy per
             // segment (a loopback segment carries no headers).
@@ -400,12 +478,82 @@ impl Perim {
             out.repr.emit_header(&mut bytes[front..front + hl]);
             out.copy_payload(&mut bytes[front + hl..]);
             st.probe(Probe::TcpSend, local, remote, n);
-            let learned = self.output(st, now, hop, local, remote, tos, bytes, framed);
+            let tx = Tx {
+                owner: owner_tag(key),
+                gso,
+                pace,
+            };
+            if n > 0 {
+                if let Some(c) = self.conns.get_mut(key) {
+                    c.last_seg = n as u32;
+                }
+            }
+            let learned = self.output(st, now, hop, local, remote, tos, bytes, framed, tx);
             if let (Some(h), Some(c)) = (learned, self.conns.get_mut(key)) {
                 c.hop = Some(h);
             }
         }
+        if let Some(c) = self.conns.get_mut(key) {
+            if c.tcb.take_tx_quota_blocked() {
+                self.tx.stats.tsq_throttles += 1;
+                c.tsq_throttled = true;
+                if c.tsq_bytes == 0 {
+                    // Its credit came back within this flush: go round again.
+                    c.tsq_throttled = false;
+                    self.tsq_ready.push(key);
+                }
+            }
+        }
         self.after(st, now, key);
+        self.run_tsq_ready(st, now);
+    }
+
+    /// Flushes the connections whose TCP Small Queues credit has returned.
+    fn run_tsq_ready(&mut self, st: &StackInner, now: Instant) {
+        if self.tsq_running {
+            return;
+        }
+        self.tsq_running = true;
+        // Bounded: a connection is queued here once per return of credit, and credit
+        // returns only as its frames leave a fair queue.
+        let mut rounds = 0;
+        while !self.tsq_ready.is_empty() && rounds < 64 {
+            rounds += 1;
+            let keys = std::mem::take(&mut self.tsq_ready);
+            for k in keys {
+                self.flush(st, now, k);
+            }
+        }
+        self.tsq_running = false;
+    }
+
+    /// Applies the stack's transmit settings if they changed since this squeue last looked.
+    fn sync_tx(&mut self, st: &StackInner) {
+        let g = st.tx_gen.load(Ordering::Relaxed);
+        if g != self.tx_gen {
+            self.tx_gen = g;
+            self.tx.set_config(st.tx_config());
+        }
+    }
+
+    /// A device queue's fair queue took (`delta` > 0) or released (< 0) bytes of
+    /// connection `owner`: TCP Small Queues accounting.
+    fn tsq_credit(conns: &mut Slab<Conn>, ready: &mut Vec<Key>, owner: u64, delta: isize) {
+        let Some(key) = owner_key(owner) else {
+            return;
+        };
+        let Some(c) = conns.get_mut(key) else {
+            return;
+        };
+        if delta >= 0 {
+            c.tsq_bytes = c.tsq_bytes.saturating_add(delta as u32);
+            return;
+        }
+        c.tsq_bytes = c.tsq_bytes.saturating_sub(delta.unsigned_abs() as u32);
+        if c.tsq_throttled && c.tsq_bytes == 0 {
+            c.tsq_throttled = false;
+            ready.push(key);
+        }
     }
 
     /// Sends one TCP segment (header + payload, checksum not filled) from `local` to
@@ -424,6 +572,7 @@ impl Perim {
         tos: u8,
         bytes: Vec<u8>,
         framed: bool,
+        tx: Tx,
     ) -> Option<(IfaceId, MacAddr)> {
         let front = if framed { FRAME_FRONT } else { 0 };
         if st.filtered(ip_proto::TCP, local, remote) {
@@ -436,11 +585,19 @@ impl Perim {
         if !framed && st.is_local_addr(*remote.ip()) {
             self.stats.lo_segs += 1;
             self.stats.ip_lo_out += 1;
+            let hl = bytes.get(12).map_or(0, |b| usize::from(b >> 4) * 4);
+            let n = bytes.len().saturating_sub(hl);
+            let segs = match tx.gso {
+                0 => 1,
+                g => n.div_ceil(usize::from(g)).clamp(1, usize::from(u16::MAX)) as u16,
+            };
             let seg = Seg {
                 src: *local.ip(),
                 dst: *remote.ip(),
                 bytes,
                 csum_ok: true,
+                segs,
+                gso_size: if segs > 1 { tx.gso } else { 0 },
             };
             // A segment for another squeue's connection goes there (with one squeue,
             // everything stays here and `input` classifies it).
@@ -494,14 +651,44 @@ impl Perim {
                     ethertype: ethertype::IPV4,
                 };
                 eth.emit(&mut f[..ETHERNET_HEADER_LEN]);
-                dev.transmit(f);
+                let frame = TxFrame {
+                    frame: f,
+                    gso_size: tx.gso,
+                    owner: tx.owner,
+                    pace_bps: tx.pace,
+                };
+                let (conns, ready) = (&mut self.conns, &mut self.tsq_ready);
+                let rate = self.tx.send(now, dev, frame, &mut |o, d| {
+                    Self::tsq_credit(conns, ready, o, d)
+                });
+                if let (Some(r), Some(k)) = (rate, owner_key(tx.owner)) {
+                    if let Some(c) = self.conns.get_mut(k) {
+                        c.tsq_rate = r;
+                    }
+                }
                 if !self.tx_dirty.iter().any(|d| Arc::ptr_eq(d, dev)) {
                     self.tx_dirty.push(dev.clone());
                 }
                 return None;
             }
         }
-        st.send_via_host(now, f);
+        // No next hop cached (the first segments, or after negative advice): the IP
+        // layer resolves it. It sends MTU-sized datagrams only, so a large segment is
+        // split here first.
+        if tx.gso > 0 {
+            let mut pieces = Vec::new();
+            if ember_core::ip::gso::gso_split(&f, usize::from(tx.gso), &mut pieces).is_ok() {
+                self.tx.stats.gso_splits += 1;
+                self.tx.stats.gso_segs += pieces.len() as u64;
+                for p in pieces {
+                    st.send_via_host(now, p);
+                }
+            } else {
+                self.tx.stats.gso_errors += 1;
+            }
+        } else {
+            st.send_via_host(now, f);
+        }
         st.next_hop(now, *remote.ip())
     }
 
@@ -1020,7 +1207,12 @@ impl Perim {
                 "the stack was shut down",
             ));
         }
-        let tcb = Tcb::connect(now, spec, st.tcp_settings());
+        let set = st.tcp_settings();
+        let lso = set.lso_max;
+        let mut tcb = Tcb::connect(now, spec, set);
+        if !is_local {
+            tcb.set_lso_max(lso);
+        }
         let key = self.conns.next_key();
         if !st
             .classifier
@@ -1178,6 +1370,20 @@ impl Perimeter for Perim {
             st.dispatch_upcalls(self, now);
         }
         self.run_lo(&st, now);
+        // Fair queues whose device has room again (or whose paced flow may send).
+        self.sync_tx(&st);
+        let (conns, ready) = (&mut self.conns, &mut self.tsq_ready);
+        if self.tx.service(
+            now,
+            &mut |o, d| Self::tsq_credit(conns, ready, o, d),
+            &mut self.tx_dirty,
+        ) {
+            did = true;
+        }
+        if !self.tsq_ready.is_empty() {
+            did = true;
+            self.run_tsq_ready(&st, now);
+        }
         did
     }
 
@@ -1194,6 +1400,12 @@ impl Perimeter for Perim {
                 let t = Instant::from_nanos(t);
                 d = Some(d.map_or(t, |x| x.min(t)));
             }
+        }
+        if let Some(t) = self.tx.next_wake() {
+            d = Some(d.map_or(t, |x| x.min(t)));
+        }
+        if !self.tsq_ready.is_empty() {
+            return Some(std::time::Instant::now());
         }
         d.map(crate::clock::to_std)
     }
