@@ -690,6 +690,14 @@ impl Device for WireTap {
     fn flush(&self) {
         self.inner.flush()
     }
+
+    fn tx_backlog(&self, now: ember_core::time::Instant) -> Option<ember_runtime::dev::TxBacklog> {
+        self.inner.tx_backlog(now)
+    }
+
+    fn tso(&self) -> bool {
+        self.inner.tso()
+    }
 }
 
 #[cfg(test)]
