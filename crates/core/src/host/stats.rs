@@ -47,6 +47,8 @@ mib!(
         arp_resolve_fails => "arpResolveFails",
         eth_in_errors => "ethInErrors",
         eth_not_for_us => "ethNotForUs",
+        gro_merged => "groMerged",
+        gro_segs_out => "groSegsOut",
     }
 );
 

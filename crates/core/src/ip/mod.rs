@@ -1,6 +1,7 @@
 //! IPv4 (RFC 791) building blocks: the routing table ([`route`]), the ARP neighbour
 //! cache ([`arp`]), fragment reassembly ([`reassembly`]) and fragmentation
-//! ([`fragment`]), plus address classification used by input checks.
+//! ([`fragment`]), receive-side coalescing of TCP segments ([`gro`]), plus address
+//! classification used by input checks.
 //!
 //! These are independent, bounded data structures. The [`crate::host::Host`] composes
 //! them with the wire formats into an IP input and output path; the runtime will compose
@@ -8,6 +9,7 @@
 
 pub mod arp;
 pub mod fragment;
+pub mod gro;
 pub mod reassembly;
 pub mod route;
 
