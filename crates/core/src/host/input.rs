@@ -240,8 +240,8 @@ impl Host {
                     return;
                 }
                 if self.gro_batch {
-                    let seg = GroSeg::new(ip.src, ip.dst, payload.to_vec());
-                    self.gro.push(seg, &mut self.gro_out);
+                    self.gro
+                        .push_slice(ip.src, ip.dst, payload, false, &mut self.gro_out);
                     self.gro_deliver(now);
                     return;
                 }

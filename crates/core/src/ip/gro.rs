@@ -59,7 +59,9 @@
 //! One pass over each segment's bytes (the checksum, [`checksum::sum`]) and, for a
 //! merged piece, one copy of its payload onto the end of the held segment's buffer. The
 //! held buffer is sized once, on its first merge, for `max_len`, so a merged piece never
-//! allocates. Nothing else is copied or allocated per segment.
+//! allocates. With [`Gro::push_slice`] (segments still in the receive buffer) that copy
+//! is the only one a merged piece costs; a segment held or given out whole is copied
+//! once into a buffer of its own.
 
 use crate::wire::checksum;
 use crate::wire::ip_proto;
@@ -162,11 +164,44 @@ struct Hdr {
     flags: u8,
 }
 
-fn flow_key(seg: &GroSeg) -> Option<FlowKey> {
-    let b = seg.bytes.get(..4)?;
+/// A segment as pushed: owned ([`Gro::push`]) or borrowed ([`Gro::push_slice`], copied
+/// only where it is kept whole).
+struct Input<'a> {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    owned: Option<Vec<u8>>,
+    borrowed: &'a [u8],
+    csum_ok: bool,
+    segs: u16,
+    gso_size: u16,
+}
+
+impl Input<'_> {
+    fn bytes(&self) -> &[u8] {
+        self.owned.as_deref().unwrap_or(self.borrowed)
+    }
+
+    fn into_seg(self) -> GroSeg {
+        let bytes = match self.owned {
+            Some(v) => v,
+            None => self.borrowed.to_vec(),
+        };
+        GroSeg {
+            src: self.src,
+            dst: self.dst,
+            bytes,
+            csum_ok: self.csum_ok,
+            segs: self.segs,
+            gso_size: self.gso_size,
+        }
+    }
+}
+
+fn flow_key(src: Ipv4Addr, dst: Ipv4Addr, bytes: &[u8]) -> Option<FlowKey> {
+    let b = bytes.get(..4)?;
     Some((
-        u32::from(seg.src),
-        u32::from(seg.dst),
+        u32::from(src),
+        u32::from(dst),
         u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
     ))
 }
@@ -188,13 +223,13 @@ fn header(b: &[u8]) -> Option<Hdr> {
 }
 
 /// RFC 9293 §3.1: the checksum over the pseudo-header and the whole segment.
-fn checksum_ok(seg: &GroSeg) -> bool {
-    let Ok(len) = u16::try_from(seg.bytes.len()) else {
+fn checksum_ok(src: Ipv4Addr, dst: Ipv4Addr, bytes: &[u8]) -> bool {
+    let Ok(len) = u16::try_from(bytes.len()) else {
         return false;
     };
     let s = checksum::combine(
-        checksum::pseudo_header(seg.src, seg.dst, ip_proto::TCP, len),
-        checksum::sum(&seg.bytes),
+        checksum::pseudo_header(src, dst, ip_proto::TCP, len),
+        checksum::sum(bytes),
     );
     checksum::finish(s) == 0
 }
@@ -222,22 +257,63 @@ impl Gro {
 
     /// Takes one segment of the batch. Whatever is ready (a segment that cannot be
     /// merged, a held segment it ends) is appended to `out`, in the order TCP must see it.
-    pub fn push(&mut self, mut seg: GroSeg, out: &mut Vec<GroSeg>) {
+    pub fn push(&mut self, seg: GroSeg, out: &mut Vec<GroSeg>) {
+        self.push_input(
+            Input {
+                src: seg.src,
+                dst: seg.dst,
+                owned: Some(seg.bytes),
+                borrowed: &[],
+                csum_ok: seg.csum_ok,
+                segs: seg.segs,
+                gso_size: seg.gso_size,
+            },
+            out,
+        );
+    }
+
+    /// [`Gro::push`] for one wire segment (`bytes`: TCP header and payload) still in the
+    /// receive buffer: a piece appended to a held segment is copied onto its end and
+    /// nothing is allocated; only a segment that is held or given out whole is copied
+    /// into a new buffer.
+    pub fn push_slice(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        bytes: &[u8],
+        csum_ok: bool,
+        out: &mut Vec<GroSeg>,
+    ) {
+        self.push_input(
+            Input {
+                src,
+                dst,
+                owned: None,
+                borrowed: bytes,
+                csum_ok,
+                segs: 1,
+                gso_size: 0,
+            },
+            out,
+        );
+    }
+
+    fn push_input(&mut self, mut seg: Input<'_>, out: &mut Vec<GroSeg>) {
         seg.segs = seg.segs.max(1);
-        let Some(key) = flow_key(&seg) else {
+        let Some(key) = flow_key(seg.src, seg.dst, seg.bytes()) else {
             // Cannot name its flow: keep every flow's order by emptying the table.
             self.flush(out);
             self.pass(seg, out);
             return;
         };
-        let Some(h) = header(&seg.bytes) else {
+        let Some(h) = header(seg.bytes()) else {
             self.flush_flow(key, out);
             self.pass(seg, out);
             return;
         };
         // Rule 3: verify once, here.
         if !seg.csum_ok {
-            if checksum_ok(&seg) {
+            if checksum_ok(seg.src, seg.dst, seg.bytes()) {
                 seg.csum_ok = true;
             } else {
                 self.stats.bad_csum += 1;
@@ -246,7 +322,7 @@ impl Gro {
                 return;
             }
         }
-        let plen = seg.bytes.len() - h.hlen;
+        let plen = seg.bytes().len() - h.hlen;
         // Rules 5, 6, 9: only single segments with text and ACK (+ PSH) take part.
         if plen == 0 || seg.segs > 1 || (h.flags != ACK && h.flags != ACK | PSH) {
             self.flush_flow(key, out);
@@ -254,7 +330,7 @@ impl Gro {
             return;
         }
         if let Some(i) = self.table.iter().position(|e| e.key == key) {
-            if self.extends(&self.table[i], &seg, &h, plen) {
+            if self.extends(&self.table[i], seg.bytes(), &h, plen) {
                 let max_len = self.max_len;
                 let e = &mut self.table[i];
                 if e.seg.segs == 1 {
@@ -262,7 +338,7 @@ impl Gro {
                     let room = max_len.saturating_sub(e.seg.bytes.len());
                     e.seg.bytes.reserve(room);
                 }
-                e.seg.bytes.extend_from_slice(&seg.bytes[h.hlen..]);
+                e.seg.bytes.extend_from_slice(&seg.bytes()[h.hlen..]);
                 e.seg.segs += 1;
                 e.next_seq = e.next_seq.wrapping_add(plen as u32);
                 let psh = h.flags & PSH != 0;
@@ -282,7 +358,7 @@ impl Gro {
             self.emit(i, out);
         }
         // A segment that could not take even one more piece is not held.
-        if h.flags & PSH != 0 || seg.bytes.len() + plen > self.max_len {
+        if h.flags & PSH != 0 || seg.bytes().len() + plen > self.max_len {
             self.pass(seg, out);
             return;
         }
@@ -296,7 +372,7 @@ impl Gro {
             next_seq: h.seq.wrapping_add(plen as u32),
             hlen: h.hlen,
             gso: plen,
-            seg,
+            seg: seg.into_seg(),
         });
     }
 
@@ -309,8 +385,8 @@ impl Gro {
 
     /// Rules 1, 2, 4, 7 and 8 for appending `seg` (a verified ACK or ACK+PSH segment
     /// with `plen` bytes of text, of the same flow) to `e`.
-    fn extends(&self, e: &Held, seg: &GroSeg, h: &Hdr, plen: usize) -> bool {
-        let (a, b) = (&e.seg.bytes, &seg.bytes);
+    fn extends(&self, e: &Held, b: &[u8], h: &Hdr, plen: usize) -> bool {
+        let a = &e.seg.bytes;
         h.seq == e.next_seq
             && h.hlen == e.hlen
             && plen <= e.gso
@@ -336,12 +412,12 @@ impl Gro {
         out.push(e.seg);
     }
 
-    fn pass(&mut self, mut seg: GroSeg, out: &mut Vec<GroSeg>) {
+    fn pass(&mut self, mut seg: Input<'_>, out: &mut Vec<GroSeg>) {
         if seg.segs <= 1 {
             seg.gso_size = 0;
         }
         self.stats.passed += 1;
-        out.push(seg);
+        out.push(seg.into_seg());
     }
 }
 
@@ -808,13 +884,18 @@ mod tests {
                         GroSeg::new(A, B, b)
                     }
                 };
-                let good = checksum_ok(&seg);
+                let good = checksum_ok(seg.src, seg.dst, &seg.bytes);
                 let piece = match header(&seg.bytes) {
                     Some(hd) => (header_wo_csum(&seg.bytes, hd.hlen), seg.bytes[hd.hlen..].to_vec(), good),
                     None => (seg.bytes.clone(), Vec::new(), false),
                 };
                 inputs.push((flow_of(&seg), piece, seg.clone()));
-                g.push(seg, &mut out);
+                // Both ways in: owned and borrowed.
+                if i % 2 == 0 {
+                    g.push(seg, &mut out);
+                } else {
+                    g.push_slice(seg.src, seg.dst, &seg.bytes, seg.csum_ok, &mut out);
+                }
                 prop_assert!(g.held_flows() <= GRO_MAX_FLOWS);
             }
             g.flush(&mut out);
