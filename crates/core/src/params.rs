@@ -239,6 +239,7 @@ tunables! {
     ip_reass_timeout: u32 = 30_000, 100, 120_000, "ms", "time a partly reassembled datagram is kept";
     ip_reass_queue_bytes: u32 = 4_194_304, 65_536, GIB, "bytes", "memory for datagrams under reassembly, all together";
     ip_lso_outbound: bool = true, 0, 1, "", "build TCP segments larger than the MTU and split them at the device (LSO/GSO)";
+    ip_gro: bool = true, 0, 1, "", "join consecutive in-order TCP segments of one flow in a receive batch before TCP sees them (GRO)";
     arp_cleanup_interval: u32 = 300_000, 1000, MS_DAY, "ms", "lifetime of a resolved ARP entry";
     arp_retry_interval: u32 = 1000, 10, 60_000, "ms", "time between ARP requests for an unresolved address";
     arp_max_retries: u32 = 3, 1, 100, "requests", "ARP requests before an address is declared unreachable";
@@ -353,6 +354,7 @@ mod tests {
         assert_eq!(p.tcp_init_cwnd, 10);
         assert_eq!(p.tcp_congestion_control, CcAlgorithm::Cubic);
         assert!(p.ip_lso_outbound);
+        assert!(p.ip_gro);
         assert_eq!(p.squeue_drain_ms, 20);
         assert!(p.check_relations().is_ok());
     }

@@ -98,6 +98,9 @@ pub struct RunReport {
     /// Large TCP segments the hosts split in software (GSO), and the pieces made.
     pub gso_splits: u64,
     pub gso_segs: u64,
+    /// TCP segments receive-side coalescing absorbed into another (`groMerged`, all
+    /// hosts).
+    pub gro_merged: u64,
     /// What `vary` chose, for the failure report.
     pub variant: String,
 }
@@ -219,6 +222,7 @@ fn failed_report(seed: u64, error: String) -> RunReport {
         frames: 0,
         gso_splits: 0,
         gso_segs: 0,
+        gro_merged: 0,
         variant: String::new(),
     }
 }
@@ -238,6 +242,8 @@ struct Sim {
     variant: String,
     done_at: Option<Instant>,
     buf: Vec<u8>,
+    /// The receive batch being assembled (kept for its capacity).
+    batch: Vec<Vec<u8>>,
 }
 
 impl Sim {
@@ -369,6 +375,7 @@ impl Sim {
             variant,
             done_at: None,
             buf: vec![0; 65_536],
+            batch: Vec::new(),
         })
     }
 
@@ -376,12 +383,14 @@ impl Sim {
         let mut retransmits = 0;
         let mut timeouts = 0;
         let (mut gso_splits, mut gso_segs) = (0, 0);
+        let mut gro_merged = 0;
         for h in &self.hosts {
             let s = h.stats();
             retransmits += s.tcp.retrans_segs;
             timeouts += s.tcp.tim_retrans;
             gso_splits += s.ip.gso_splits;
             gso_segs += s.ip.gso_segs;
+            gro_merged += s.ip.gro_merged;
         }
         let bytes = self.conns.iter().map(|c| c.client.got + c.server.got).sum();
         let end = self.done_at.unwrap_or(self.now);
@@ -397,6 +406,7 @@ impl Sim {
             frames: self.frames,
             gso_splits,
             gso_segs,
+            gro_merged,
             variant: self.variant.clone(),
         }
     }
@@ -486,7 +496,11 @@ impl Sim {
                     }
                 }
             }
+            // Every frame that has arrived for a host by now is one receive batch, as
+            // one poll of a device would return it (receive-side coalescing works
+            // within a batch).
             for h in 0..self.hosts.len() {
+                let mut batch = core::mem::take(&mut self.batch);
                 loop {
                     let frame = match &mut self.net {
                         Net::P2p(l) => l.recv(self.now, if h == 0 { End::A } else { End::B }),
@@ -501,8 +515,11 @@ impl Sim {
                             trace::describe(&frame)
                         );
                     }
-                    self.hosts[h].receive(self.now, IfaceId(0), &frame);
+                    batch.push(frame);
                 }
+                self.hosts[h].receive_batch(self.now, IfaceId(0), &batch);
+                batch.clear();
+                self.batch = batch;
             }
             if !moved {
                 break;

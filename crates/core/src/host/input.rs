@@ -3,9 +3,16 @@
 //! Every check that RFC 1122 asks of a host is made before a datagram reaches a
 //! transport: header validity and checksum, a destination that is ours, a source that can
 //! be a unicast host, and reassembly of fragments within the memory and time bounds.
+//!
+//! Frames may come one at a time ([`Host::receive`]) or as a batch
+//! ([`Host::receive_batch`]): then, with `ip_gro` on, the batch's TCP segments pass
+//! through receive-side coalescing (`ip::gro`) on their way to TCP, so consecutive
+//! in-order segments of one flow reach TCP as one. Everything else takes the same path
+//! either way, in arrival order.
 
 use super::{Host, PingReply, SocketEvent};
 use crate::icmp;
+use crate::ip::gro::GroSeg;
 use crate::ip::reassembly::{ReasmKey, ReasmOutcome};
 use crate::ip::route::IfaceId;
 use crate::ip::{is_invalid_source, subnet_broadcast};
@@ -20,6 +27,40 @@ use std::net::SocketAddrV4;
 impl Host {
     /// A frame arrived on interface `iface`.
     pub fn receive(&mut self, now: Instant, iface: IfaceId, frame: &[u8]) {
+        self.receive_frame(now, iface, frame);
+        self.run_loopback(now);
+    }
+
+    /// Frames that arrived together on interface `iface` (one receive batch, e.g. one
+    /// poll of a device), in arrival order. The same as [`Host::receive`] for each in
+    /// turn, except that with `ip_gro` on, the batch's TCP segments go through
+    /// receive-side coalescing (`ip::gro`): consecutive in-order segments of one flow
+    /// reach TCP (this host's own or, with [`Host::set_tcp_external`], the
+    /// [`super::TcpUpcall::Segment`]s) as one. Each flow's segments keep their order;
+    /// everything else (ARP, ICMP, UDP, fragments until reassembled) is handled as it
+    /// comes. All of the batch's TCP segments have reached TCP when this returns.
+    pub fn receive_batch<I>(&mut self, now: Instant, iface: IfaceId, frames: I)
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let mut frames = frames.into_iter().peekable();
+        while let Some(f) = frames.next() {
+            // A batch of one has nothing to merge with: the plain path.
+            if self.params.ip_gro && !self.gro_batch && frames.peek().is_some() {
+                self.gro_batch = true;
+            }
+            self.receive_frame(now, iface, f.as_ref());
+        }
+        if self.gro_batch {
+            self.gro_batch = false;
+            self.gro.flush(&mut self.gro_out);
+            self.gro_deliver(now);
+        }
+        self.run_loopback(now);
+    }
+
+    fn receive_frame(&mut self, now: Instant, iface: IfaceId, frame: &[u8]) {
         let Some(ifc) = self.ifaces.get(usize::from(iface.0)).copied() else {
             return;
         };
@@ -37,7 +78,40 @@ impl Host {
             ethertype::IPV4 => self.ip_input(now, iface, payload, link_bcast),
             _ => self.stats.ip.eth_not_for_us += 1,
         }
-        self.run_loopback(now);
+    }
+
+    /// Hands what GRO has made ready to TCP, in order.
+    fn gro_deliver(&mut self, now: Instant) {
+        let mut out = core::mem::take(&mut self.gro_out);
+        for s in out.drain(..) {
+            self.tcp_segment(now, s);
+        }
+        // Keep the buffer for the next batch (a nested delivery may have left one).
+        if self.gro_out.is_empty() {
+            self.gro_out = out;
+        }
+    }
+
+    /// One segment out of GRO, to this host's TCP or to the owner's.
+    fn tcp_segment(&mut self, now: Instant, s: GroSeg) {
+        if self.tcp_external {
+            self.push_upcall(super::TcpUpcall::Segment {
+                src: s.src,
+                dst: s.dst,
+                segment: s.bytes,
+                csum_ok: s.csum_ok,
+                segs: s.segs,
+                gso_size: s.gso_size,
+            });
+            return;
+        }
+        let Ok((seg, data)) = TcpRepr::parse(&s.bytes, s.src, s.dst, !s.csum_ok) else {
+            // RFC 4022: tcpInSegs counts segments received in error too.
+            self.stats.tcp.in_segs += u64::from(s.segs);
+            self.stats.tcp.in_errs += u64::from(s.segs);
+            return;
+        };
+        self.tcp_input(now, s.src, s.dst, &seg, data, (s.segs, s.gso_size));
     }
 
     /// RFC 826 packet reception, with one check RFC 826 lacks: the sender hardware
@@ -165,11 +239,20 @@ impl Host {
                     // TCP never accepts broadcast or multicast (RFC 1122 §4.2.3.10).
                     return;
                 }
+                if self.gro_batch {
+                    self.gro
+                        .push_slice(ip.src, ip.dst, payload, false, &mut self.gro_out);
+                    self.gro_deliver(now);
+                    return;
+                }
                 if self.tcp_external {
                     self.push_upcall(super::TcpUpcall::Segment {
                         src: ip.src,
                         dst: ip.dst,
                         segment: payload.to_vec(),
+                        csum_ok: false,
+                        segs: 1,
+                        gso_size: 0,
                     });
                     return;
                 }
@@ -179,7 +262,7 @@ impl Host {
                     self.stats.tcp.in_errs += 1;
                     return;
                 };
-                self.tcp_input(now, ip, &seg, data);
+                self.tcp_input(now, ip.src, ip.dst, &seg, data, (1, 0));
             }
             _ => {
                 self.stats.ip.in_unknown_protos += 1;

@@ -33,6 +33,7 @@ pub use stats::HostStats;
 
 use crate::icmp::ratelimit::TokenBucket;
 use crate::ip::arp::{ArpCache, ArpConfig};
+use crate::ip::gro::{Gro, GroSeg};
 use crate::ip::reassembly::{ReasmConfig, Reassembler};
 use crate::ip::route::{IfaceId, Route, RouteError, RouteTable};
 use crate::params::{ParamError, Params};
@@ -89,13 +90,22 @@ pub enum SocketEvent {
 /// uses `Host` for IP, ARP, ICMP, UDP and reassembly only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TcpUpcall {
-    /// A TCP segment for one of our addresses (complete datagram, not broadcast; the
-    /// checksum is not verified yet).
+    /// A TCP segment for one of our addresses (complete datagram, not broadcast). From
+    /// [`Host::receive_batch`] with `ip_gro` on it may stand for several wire segments
+    /// joined by receive-side coalescing (`ip::gro`): give it to
+    /// [`crate::tcp::Tcb::on_segment_gro`] with `segs` and `gso_size`.
     Segment {
         src: Ipv4Addr,
         dst: Ipv4Addr,
         /// TCP header and payload.
         segment: Vec<u8>,
+        /// The checksum was verified (then the checksum field of a merged segment is
+        /// stale and must not be checked); `false`: verify it.
+        csum_ok: bool,
+        /// Wire segments it stands for (1 unless merged).
+        segs: u16,
+        /// Payload bytes of each piece but the last (0 unless merged).
+        gso_size: u16,
     },
     /// An ICMP destination unreachable quoting one of our TCP segments (RFC 5927: the
     /// owner validates `seq` against the connection).
@@ -173,6 +183,12 @@ pub struct Host {
     /// TCP runs outside (see [`TcpUpcall`]).
     pub(crate) tcp_external: bool,
     pub(crate) tcp_up: VecDeque<TcpUpcall>,
+    /// Receive-side coalescing of the batch being received (`ip_gro`).
+    pub(crate) gro: Gro,
+    /// A batch with GRO is being received: TCP segments go through `gro`.
+    pub(crate) gro_batch: bool,
+    /// GRO's output, reused from batch to batch.
+    pub(crate) gro_out: Vec<GroSeg>,
 }
 
 fn arp_config(p: &Params) -> ArpConfig {
@@ -241,6 +257,9 @@ impl Host {
             gone_tcb_stats: TcbStats::default(),
             tcp_external: false,
             tcp_up: VecDeque::new(),
+            gro: Gro::default(),
+            gro_batch: false,
+            gro_out: Vec::new(),
             params,
         }
     }
@@ -444,6 +463,9 @@ impl Host {
             }
         }
         s.tcp.add_tcb(&all);
+        let g = self.gro.stats();
+        s.ip.gro_merged = g.merged;
+        s.ip.gro_segs_out = g.flushed + g.passed;
         s
     }
 

@@ -49,6 +49,8 @@ mib!(
         eth_not_for_us => "ethNotForUs",
         gso_splits => "gsoSplits",
         gso_segs => "gsoSegs",
+        gro_merged => "groMerged",
+        gro_segs_out => "groSegsOut",
     }
 );
 

@@ -46,19 +46,30 @@ pub struct Listener {
 }
 
 impl Host {
-    /// A TCP segment arrived (checksum verified) for one of our addresses.
-    pub(crate) fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, seg: &TcpRepr, payload: &[u8]) {
+    /// A TCP segment arrived (checksum verified) for one of our addresses. `gro`: the
+    /// wire segments it stands for and their payload size (`(1, 0)` unless merged by
+    /// receive-side coalescing, see [`Tcb::on_segment_gro`]).
+    pub(crate) fn tcp_input(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        seg: &TcpRepr,
+        payload: &[u8],
+        gro: (u16, u16),
+    ) {
+        let wire_segs = u64::from(gro.0.max(1));
         if seg.src_port == 0 || seg.dst_port == 0 {
-            self.stats.tcp.in_segs += 1;
-            self.stats.tcp.in_errs += 1;
+            self.stats.tcp.in_segs += wire_segs;
+            self.stats.tcp.in_errs += wire_segs;
             return;
         }
-        let local = SocketAddrV4::new(ip.dst, seg.dst_port);
-        let remote = SocketAddrV4::new(ip.src, seg.src_port);
+        let local = SocketAddrV4::new(dst, seg.dst_port);
+        let remote = SocketAddrV4::new(src, seg.src_port);
         let Some(&id) = self.by_tuple.get(&(local, remote)) else {
             // Segments that reach no connection are counted here; a Tcb counts its own
             // (RFC 4022 tcpInSegs).
-            self.stats.tcp.in_segs += 1;
+            self.stats.tcp.in_segs += wire_segs;
             match self.find_listener(local) {
                 Some(lid) => self.listen_input(now, lid, local, remote, seg, payload, None),
                 None => {
@@ -97,7 +108,7 @@ impl Host {
             }
         }
         if let Some(c) = self.conns.get_mut(id.0) {
-            c.tcb.on_segment(now, seg, payload);
+            c.tcb.on_segment_gro(now, seg, payload, gro.0, gro.1);
         }
         self.flush_conn(now, id);
     }

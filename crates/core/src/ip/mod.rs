@@ -1,7 +1,7 @@
 //! IPv4 (RFC 791) building blocks: the routing table ([`route`]), the ARP neighbour
-//! cache ([`arp`]), fragment reassembly ([`reassembly`]), fragmentation ([`fragment`])
-//! and software segmentation of large TCP segments ([`gso`]), plus address classification
-//! used by input checks.
+//! cache ([`arp`]), fragment reassembly ([`reassembly`]), fragmentation ([`fragment`]),
+//! software segmentation of large TCP segments ([`gso`]) and receive-side coalescing of
+//! TCP segments ([`gro`]), plus address classification used by input checks.
 //!
 //! These are independent, bounded data structures. The [`crate::host::Host`] composes
 //! them with the wire formats into an IP input and output path; the runtime will compose
@@ -9,6 +9,7 @@
 
 pub mod arp;
 pub mod fragment;
+pub mod gro;
 pub mod gso;
 pub mod reassembly;
 pub mod route;

@@ -19,12 +19,86 @@ use core::time::Duration;
 /// RFC 7323 §5.5: TS.Recent older than 24 days is no longer used for PAWS.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
+/// The wire segments one arriving segment stands for: `n` pieces of `size` payload
+/// bytes, the last possibly shorter (receive-side coalescing, `ip/gro.rs`). Counters,
+/// the MSS estimate and the ACK decision go by the pieces, so the peer sees what it
+/// would have seen had they arrived one by one, except that they draw one ACK between
+/// them where they would have drawn several (as with Linux's GRO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Pieces {
+    n: u32,
+    size: u32,
+}
+
+impl Pieces {
+    const ONE: Pieces = Pieces { n: 1, size: 0 };
+
+    /// `segs` pieces of `gso_size` bytes making up `len` payload bytes; a description
+    /// that does not fit `len` (or says one piece) is taken as one segment.
+    fn of(segs: u16, gso_size: u16, len: usize) -> Pieces {
+        let (n, size) = (usize::from(segs), usize::from(gso_size));
+        if n > 1 && size > 0 && len > (n - 1) * size && len <= n * size {
+            Pieces {
+                n: u32::from(segs),
+                size: u32::from(gso_size),
+            }
+        } else {
+            Pieces::ONE
+        }
+    }
+
+    /// Pieces lying wholly within the first `bytes` bytes of the payload.
+    fn within(self, bytes: u32) -> u32 {
+        if self.n > 1 {
+            (bytes / self.size).min(self.n)
+        } else {
+            0
+        }
+    }
+
+    /// Pieces holding some of the payload bytes `from..to` (`from < to`).
+    fn overlapping(self, from: u32, to: u32) -> u32 {
+        if self.n > 1 {
+            to.div_ceil(self.size).min(self.n) - (from / self.size).min(self.n)
+        } else {
+            1
+        }
+    }
+}
+
 impl Tcb {
     /// A segment for this connection arrived (RFC 9293 §3.10.7.3 SYN-SENT,
     /// §3.10.7.4 other states). `payload` is the segment text. While fused only a RST
     /// is processed.
     pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
-        self.stats.segs_in += 1;
+        self.on_segment_pieces(now, seg, payload, Pieces::ONE);
+    }
+
+    /// A segment that stands for `segs` wire segments of the same header, each carrying
+    /// `gso_size` bytes of `payload` (the last possibly fewer): what receive-side
+    /// coalescing (`ip/gro.rs`) makes of consecutive in-order segments. Processed as
+    /// [`Tcb::on_segment`] processes one segment, except that `segs_in` and the other
+    /// receive counters count the wire segments, the peer's MSS is learnt from
+    /// `gso_size` (never from the merged length), and the ACK decision is the one the
+    /// pieces would have drawn (RFC 5681 §4.2, RFC 9293 §3.8.6.3): at once when two or
+    /// more full-sized pieces arrived, while quick ACKs last (each piece uses one up),
+    /// and when a piece would have been a duplicate or beyond the window (RFC 9293
+    /// §3.10.7.4). A `segs`/`gso_size` pair that does not describe `payload` (e.g.
+    /// `segs` = 1) makes this the same as [`Tcb::on_segment`].
+    pub fn on_segment_gro(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        payload: &[u8],
+        segs: u16,
+        gso_size: u16,
+    ) {
+        let p = Pieces::of(segs, gso_size, payload.len());
+        self.on_segment_pieces(now, seg, payload, p);
+    }
+
+    fn on_segment_pieces(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8], p: Pieces) {
+        self.stats.segs_in += u64::from(p.n);
         if self.fused && !seg.flags.rst() {
             // Fused (see `fusion.rs`): the peer sends no segments, so anything but its
             // RST (an abort) is stale or forged; taking it could break RCV.NXT ==
@@ -34,7 +108,7 @@ impl Tcb {
         match self.state {
             State::Closed | State::Listen => {}
             State::SynSent => self.on_segment_syn_sent(now, seg, payload),
-            _ => self.on_segment_synchronized(now, seg, payload),
+            _ => self.on_segment_synchronized(now, seg, payload, p),
         }
     }
 
@@ -90,7 +164,7 @@ impl Tcb {
             self.ack_now = true;
             // Text or FIN carried by the SYN,ACK (rare, but legal).
             if !payload.is_empty() || f.fin() {
-                self.process_text(now, self.irs + 1, payload, f.fin());
+                self.process_text(now, self.irs + 1, payload, f.fin(), Pieces::ONE);
             }
         } else {
             // Simultaneous open (RFC 9293 §3.5, figure 7): send SYN,ACK from SYN-RECEIVED.
@@ -120,7 +194,13 @@ impl Tcb {
     }
 
     /// RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states.
-    fn on_segment_synchronized(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+    fn on_segment_synchronized(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        payload: &[u8],
+        pieces: Pieces,
+    ) {
         let f = seg.flags;
         let seq = SeqNum(seg.seq);
         let seg_len = payload.len() as u32 + u32::from(f.syn()) + u32::from(f.fin());
@@ -198,7 +278,7 @@ impl Tcb {
                     && (seq + payload.len() as u32) <= self.rcv_nxt
                 {
                     self.dsack = Some((seq, seq + payload.len() as u32));
-                    self.stats.dup_segs_in += 1;
+                    self.stats.dup_segs_in += u64::from(pieces.n);
                 }
                 if self.state == State::TimeWait && f.fin() {
                     // RFC 9293: a retransmitted FIN in TIME-WAIT restarts the 2 MSL timer.
@@ -319,7 +399,7 @@ impl Tcb {
         // Seventh and eighth: the text and the FIN.
         match self.state {
             State::Established | State::FinWait1 | State::FinWait2 => {
-                self.process_text(now, seq, payload, fin);
+                self.process_text(now, seq, payload, fin, pieces);
             }
             _ => {
                 // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the FIN was received; any
@@ -670,7 +750,15 @@ impl Tcb {
 
     /// RFC 9293 §3.10.7.4 seventh and eighth steps: segment text and FIN, for
     /// ESTABLISHED, FIN-WAIT-1 and FIN-WAIT-2.
-    pub(super) fn process_text(&mut self, now: Instant, seq: SeqNum, payload: &[u8], fin: bool) {
+    /// `pieces`: the wire segments `payload` stands for (see [`Pieces`]).
+    pub(super) fn process_text(
+        &mut self,
+        now: Instant,
+        seq: SeqNum,
+        payload: &[u8],
+        fin: bool,
+        pieces: Pieces,
+    ) {
         if payload.is_empty() && !fin {
             return;
         }
@@ -682,6 +770,7 @@ impl Tcb {
                 return;
             }
         }
+        let seg_seq = seq;
         let mut seq = seq;
         let mut data = payload;
         let mut fin = fin;
@@ -691,7 +780,7 @@ impl Tcb {
             if skip >= data.len() {
                 if !data.is_empty() && self.sack_ok {
                     self.dsack = Some((seq, seq + data.len() as u32));
-                    self.stats.dup_segs_in += 1;
+                    self.stats.dup_segs_in += u64::from(pieces.n);
                 }
                 if skip > data.len() {
                     // Even the FIN (if any) is old.
@@ -701,6 +790,15 @@ impl Tcb {
             } else {
                 if self.sack_ok {
                     self.dsack = Some((seq, self.rcv_nxt));
+                }
+                // Pieces wholly below RCV.NXT would each have been an unacceptable
+                // duplicate, answered at once (RFC 9293 §3.10.7.4 first step).
+                let dups = pieces.within(skip as u32);
+                if dups > 0 {
+                    if self.sack_ok {
+                        self.stats.dup_segs_in += u64::from(dups);
+                    }
+                    self.ack_now = true;
                 }
                 data = &data[skip..];
             }
@@ -712,6 +810,12 @@ impl Tcb {
         if data.len() > room {
             data = &data[..room];
             fin = false;
+            // A piece wholly beyond the right edge would have been unacceptable and
+            // answered at once (RFC 9293 §3.10.7.4 first step).
+            let last_start = u64::from(pieces.n - 1) * u64::from(pieces.size);
+            if pieces.n > 1 && last_start >= u64::from(right.since(seg_seq)) {
+                self.ack_now = true;
+            }
         }
         if seq == self.rcv_nxt {
             if !data.is_empty() {
@@ -725,7 +829,9 @@ impl Tcb {
                 self.rcv_nxt += n;
                 self.rcv_off += u64::from(n);
                 self.stats.bytes_in += u64::from(n);
-                self.rcv_mss = self.rcv_mss.max(n.min(self.adv_mss));
+                // The peer's segment size: a merged segment's pieces, never its length.
+                let piece = if pieces.n > 1 { pieces.size } else { n };
+                self.rcv_mss = self.rcv_mss.max(piece.min(self.adv_mss));
                 self.rcv_unacked_bytes = self.rcv_unacked_bytes.saturating_add(n);
                 let mut filled = false;
                 if !self.ooo.is_empty() {
@@ -752,7 +858,11 @@ impl Tcb {
                 if filled || !self.ooo.is_empty() {
                     self.ack_now = true;
                 } else if self.quickack > 0 {
-                    self.quickack -= 1;
+                    // Each piece that brought new data uses one quick ACK, as it would
+                    // have arriving alone.
+                    let from = seq.since(seg_seq);
+                    let used = pieces.overlapping(from, from + n);
+                    self.quickack = self.quickack.saturating_sub(used);
                     self.ack_now = true;
                 } else if self.rcv_unacked_bytes > self.rcv_mss {
                     self.ack_now = true;
@@ -763,7 +873,7 @@ impl Tcb {
         } else {
             // Out of order: hold it and send a duplicate ACK at once (RFC 5681 §4.2).
             let off = self.rcv_off + u64::from(seq.since(self.rcv_nxt));
-            self.stats.ooo_segs_in += 1;
+            self.stats.ooo_segs_in += u64::from(pieces.n);
             if !data.is_empty() {
                 match self.ooo.insert(off, data) {
                     InsertOutcome::Stored { .. } => self.note_sack_recent(off),

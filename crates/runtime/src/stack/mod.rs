@@ -648,7 +648,9 @@ impl StackInner {
         let n = self.squeues.len();
         for u in ups {
             match u {
-                TcpUpcall::Segment { src, dst, segment } => {
+                TcpUpcall::Segment {
+                    src, dst, segment, ..
+                } => {
                     if segment.len() < 4 {
                         continue;
                     }
