@@ -77,6 +77,10 @@ pub struct SimArgs {
     /// Print one line per seed.
     #[arg(long, short)]
     verbose: bool,
+    /// Transmit straight onto each link's FIFO instead of through a fair queue (fq,
+    /// CoDel) with a byte-queue limit.
+    #[arg(long = "no-fq")]
+    no_fq: bool,
 }
 
 fn ms(v: f64) -> Duration {
@@ -133,6 +137,8 @@ pub fn main(a: SimArgs) -> ExitCode {
         auto_buffers: !a.no_auto_buffers,
         queue_explicit: a.queue_kb.is_some(),
         trace: a.trace,
+        fq: !a.no_fq,
+        ..SimConfig::default()
     };
     let s = run_seeds(&cfg, a.seed, a.seeds);
     if a.verbose || a.json.is_none() {

@@ -12,6 +12,14 @@
 //! The receiver regenerates the stream and checks every byte. A run fails if a byte
 //! differs or is missing, a connection reports an error, a close does not complete, the
 //! network stalls, virtual time runs past the limit, or the code panics.
+//!
+//! With `fq` (the default) each host transmits through a fair queue
+//! (`ember_runtime::dev::Fq`: per-flow DRR, CoDel, new flows first) and a byte-queue
+//! limit: frames leave the host's queue for its link only while the link's own transmit
+//! backlog is below `max(2 full frames, 1 ms at the link rate)`, as a device driver with
+//! BQL does, so the link queue stays short and the fair queue decides who goes next.
+//! Optionally host 0 pings host 1 at a fixed interval (`ping_every`), before and during the
+//! transfers (`conn_start` delays them), and the report lists every round-trip time.
 
 pub mod stream;
 pub mod trace;
@@ -21,7 +29,9 @@ use ember_core::ip::IfaceId;
 use ember_core::tcp::{State, TcpError};
 use ember_core::wire::MacAddr;
 use ember_core::{Host, Instant, Params};
-use ember_runtime::dev::{End, ImpairConfig, Link, Switch};
+use ember_runtime::dev::{
+    frame_flow, End, Fq, FqConfig, FqStats, ImpairConfig, Link, Switch, Wire,
+};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -56,6 +66,15 @@ pub struct SimConfig {
     pub queue_explicit: bool,
     /// Print every frame sent and delivered to standard error.
     pub trace: bool,
+    /// Each host transmits through a fair queue with a byte-queue limit in front of its
+    /// link (see the crate documentation); off: straight onto the link's FIFO.
+    pub fq: bool,
+    /// Host 0 pings host 1 at this interval, from the start until every connection is
+    /// finished (the RTTs are in [`RunReport::pings`]).
+    pub ping_every: Option<Duration>,
+    /// Open the connections at this virtual time instead of at 0 (pings before it see an
+    /// idle network).
+    pub conn_start: Duration,
 }
 
 impl Default for SimConfig {
@@ -77,6 +96,9 @@ impl Default for SimConfig {
             auto_buffers: true,
             queue_explicit: false,
             trace: false,
+            fq: true,
+            ping_every: None,
+            conn_start: Duration::ZERO,
         }
     }
 }
@@ -103,6 +125,35 @@ pub struct RunReport {
     pub gro_merged: u64,
     /// What `vary` chose, for the failure report.
     pub variant: String,
+    /// Every ping sent, in order (empty without `ping_every`).
+    pub pings: Vec<PingSample>,
+    /// The hosts' fair queues' counters, summed (zero without `fq`).
+    pub fq: FqStats,
+}
+
+/// One echo request of host 0's pinger.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PingSample {
+    /// When it was sent (virtual seconds).
+    pub sent_s: f64,
+    /// Its round-trip time in milliseconds; `None` if no reply came.
+    pub rtt_ms: Option<f64>,
+}
+
+/// The `p`-th percentile (0..=100, nearest rank) of the answered pings' RTTs among those
+/// sent in `[from_s, to_s)`; `None` if there are none.
+pub fn ping_percentile(pings: &[PingSample], from_s: f64, to_s: f64, p: f64) -> Option<f64> {
+    let mut v: Vec<f64> = pings
+        .iter()
+        .filter(|x| x.sent_s >= from_s && x.sent_s < to_s)
+        .filter_map(|x| x.rtt_ms)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(v[rank - 1])
 }
 
 /// One direction's application state at one end.
@@ -224,6 +275,36 @@ fn failed_report(seed: u64, error: String) -> RunReport {
         gso_segs: 0,
         gro_merged: 0,
         variant: String::new(),
+        pings: Vec::new(),
+        fq: FqStats::default(),
+    }
+}
+
+/// The ICMP identifier of the simulator's pinger.
+const PING_IDENT: u16 = 0x7e57;
+
+/// A host's transmit queue in front of its link: a fair queue and a byte-queue limit.
+struct TxQueue {
+    fq: Fq,
+    /// Frames leave for the link while its backlog is below this many bytes.
+    limit: usize,
+    flow_seed: u64,
+}
+
+impl TxQueue {
+    /// `max(2 full frames, 1 ms at the rate)`, but leaving room for one more frame in the
+    /// link's queue, so the link itself never tail-drops; unbounded with an infinite rate.
+    fn limit(impair: &ImpairConfig) -> usize {
+        let Some(rate) = impair.rate_bps else {
+            return usize::MAX;
+        };
+        let frame = impair.mtu.saturating_add(14);
+        let one_ms = usize::try_from(rate / 8 / 1000).unwrap_or(usize::MAX);
+        frame
+            .saturating_mul(2)
+            .max(one_ms)
+            .min(impair.queue_bytes.saturating_sub(frame))
+            .max(1)
     }
 }
 
@@ -244,6 +325,12 @@ struct Sim {
     buf: Vec<u8>,
     /// The receive batch being assembled (kept for its capacity).
     batch: Vec<Vec<u8>>,
+    /// One per host with `fq`, else empty.
+    txq: Vec<TxQueue>,
+    /// The pinger: the next send, and every ping sent (sent at, reply at).
+    next_ping: Option<Instant>,
+    pings: Vec<(Instant, Option<Instant>)>,
+    opened: bool,
 }
 
 impl Sim {
@@ -363,7 +450,6 @@ impl Sim {
             });
         }
         Ok(Sim {
-            cfg,
             now: Instant::ZERO,
             hosts,
             net,
@@ -376,6 +462,21 @@ impl Sim {
             done_at: None,
             buf: vec![0; 65_536],
             batch: Vec::new(),
+            txq: if cfg.fq {
+                (0..cfg.hosts)
+                    .map(|h| TxQueue {
+                        fq: Fq::new(FqConfig::default()),
+                        limit: TxQueue::limit(&cfg.impair),
+                        flow_seed: cfg.seed ^ h as u64,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            next_ping: cfg.ping_every.map(|_| Instant::ZERO),
+            pings: Vec::new(),
+            opened: false,
+            cfg,
         })
     }
 
@@ -408,11 +509,115 @@ impl Sim {
             gso_segs,
             gro_merged,
             variant: self.variant.clone(),
+            pings: self
+                .pings
+                .iter()
+                .map(|&(sent, got)| PingSample {
+                    sent_s: sent.as_secs_f64(),
+                    rtt_ms: got.map(|g| (g - sent).as_secs_f64() * 1e3),
+                })
+                .collect(),
+            fq: self.txq.iter().fold(FqStats::default(), |mut a, q| {
+                let s = q.fq.stats();
+                a.enqueued += s.enqueued;
+                a.dequeued += s.dequeued;
+                a.drops_overlimit += s.drops_overlimit;
+                a.codel_drops += s.codel_drops;
+                a.new_flows += s.new_flows;
+                a.flow_collisions += s.flow_collisions;
+                a.paced_waits += s.paced_waits;
+                a.max_backlog_pkts = a.max_backlog_pkts.max(s.max_backlog_pkts);
+                a.max_backlog_bytes = a.max_backlog_bytes.max(s.max_backlog_bytes);
+                a
+            }),
         }
     }
 
     fn run_inner(&mut self) -> Result<(), String> {
-        // Open every connection at t = 0.
+        loop {
+            if !self.opened && self.now >= Instant::ZERO + self.cfg.conn_start {
+                self.open_conns()?;
+                self.opened = true;
+            }
+            self.send_ping();
+            self.move_frames();
+            self.collect_pings();
+            self.handle_events()?;
+            self.check_finished()?;
+            if self.opened && self.conns.iter().all(|c| c.finished) {
+                self.done_at.get_or_insert(self.now);
+                self.next_ping = None;
+                if self.ping_wait().is_none() {
+                    return Ok(());
+                }
+            }
+            let next = self.next_event();
+            let Some(next) = next else {
+                return Err(self.describe("stalled: no frame in flight and no timer pending"));
+            };
+            if next.saturating_duration_since(Instant::ZERO) > self.cfg.time_limit {
+                self.now = Instant::ZERO + self.cfg.time_limit;
+                return Err(self.describe("virtual time limit reached"));
+            }
+            self.now = self.now.max(next);
+            for h in &mut self.hosts {
+                if h.poll_timeout().is_some_and(|t| t <= self.now) {
+                    h.handle_timeout(self.now);
+                }
+            }
+        }
+    }
+
+    /// Host 0 pings host 1 when the pinger is due.
+    fn send_ping(&mut self) {
+        let (Some(at), Some(every)) = (self.next_ping, self.cfg.ping_every) else {
+            return;
+        };
+        if at > self.now {
+            return;
+        }
+        let seq = self.pings.len() as u16;
+        if self.hosts[0]
+            .ping(self.now, host_addr(1), PING_IDENT, seq, &[0x55; 56])
+            .is_ok()
+        {
+            self.pings.push((self.now, None));
+        }
+        self.next_ping = Some(at + every.max(Duration::from_micros(1)));
+    }
+
+    /// Matches host 0's echo replies to the pings sent.
+    fn collect_pings(&mut self) {
+        for r in self.hosts[0].take_ping_replies() {
+            let n = self.pings.len();
+            if r.ident != PING_IDENT || n == 0 {
+                continue;
+            }
+            // The latest ping with this (wrapping) sequence number.
+            let mut i = ((n - 1) & !0xffff) | usize::from(r.seq_no);
+            if i >= n {
+                let Some(j) = i.checked_sub(0x1_0000) else {
+                    continue;
+                };
+                i = j;
+            }
+            if self.pings[i].1.is_none() {
+                self.pings[i].1 = Some(r.at);
+            }
+        }
+    }
+
+    /// After the transfers: until when to wait for the oldest unanswered ping (2 s after
+    /// it was sent), if any may still come back.
+    fn ping_wait(&self) -> Option<Instant> {
+        self.pings
+            .iter()
+            .filter(|p| p.1.is_none())
+            .map(|p| p.0 + Duration::from_secs(2))
+            .find(|&t| t > self.now)
+    }
+
+    fn open_conns(&mut self) -> Result<(), String> {
         for i in 0..self.conns.len() {
             let (h, to) = (self.conns[i].client.host, self.conns[i].server_addr);
             let id = self.hosts[h]
@@ -432,29 +637,7 @@ impl Sim {
             let sh = self.conns[i].server.host;
             self.by_peer.insert((sh, local), i);
         }
-        loop {
-            self.move_frames();
-            self.handle_events()?;
-            self.check_finished()?;
-            if self.conns.iter().all(|c| c.finished) {
-                self.done_at = Some(self.now);
-                return Ok(());
-            }
-            let next = self.next_event();
-            let Some(next) = next else {
-                return Err(self.describe("stalled: no frame in flight and no timer pending"));
-            };
-            if next.saturating_duration_since(Instant::ZERO) > self.cfg.time_limit {
-                self.now = Instant::ZERO + self.cfg.time_limit;
-                return Err(self.describe("virtual time limit reached"));
-            }
-            self.now = self.now.max(next);
-            for h in &mut self.hosts {
-                if h.poll_timeout().is_some_and(|t| t <= self.now) {
-                    h.handle_timeout(self.now);
-                }
-            }
-        }
+        Ok(())
     }
 
     fn next_event(&self) -> Option<Instant> {
@@ -462,11 +645,79 @@ impl Sim {
             Net::P2p(l) => l.next_event(),
             Net::Switched(s) => s.next_event(),
         };
+        let start = (!self.opened).then(|| Instant::ZERO + self.cfg.conn_start);
+        let pinger = self.next_ping.into_iter().chain(self.ping_wait());
         self.hosts
             .iter()
             .filter_map(|h| h.poll_timeout())
             .chain(net)
+            .chain((0..self.txq.len()).filter_map(|h| self.tx_ready_at(h)))
+            .chain(start)
+            .chain(pinger)
             .min()
+    }
+
+    /// The wire host `h` transmits on.
+    fn tx_wire(&self, h: usize) -> Option<&Wire> {
+        match &self.net {
+            Net::P2p(l) => Some(l.wire(if h == 0 { End::A } else { End::B })),
+            Net::Switched(s) => s.port(h).map(|p| p.0),
+        }
+    }
+
+    /// When host `h`'s fair queue can next move a frame to its link: once the link's
+    /// backlog is below the limit and a frame is eligible (pacing). `None` when empty.
+    fn tx_ready_at(&self, h: usize) -> Option<Instant> {
+        let q = self.txq.get(h)?;
+        if q.fq.is_empty() {
+            return None;
+        }
+        let gate = self
+            .tx_wire(h)
+            .map_or(self.now, |w| w.backlog_below_at(self.now, q.limit));
+        Some(gate.max(q.fq.next_time().unwrap_or(self.now)))
+    }
+
+    /// Moves frames from host `h`'s fair queue to its link while the link's backlog is
+    /// under the limit; whether any moved.
+    fn drain_txq(&mut self, h: usize) -> bool {
+        let mut moved = false;
+        while let Some(q) = self.txq.get(h) {
+            let open = self
+                .tx_wire(h)
+                .is_none_or(|w| w.backlog(self.now) < q.limit);
+            if !open {
+                break;
+            }
+            let now = self.now;
+            let trace = self.cfg.trace;
+            let Some(item) = self.txq[h].fq.dequeue(now, &mut |d| {
+                if trace {
+                    eprintln!(
+                        "{:>12.6} h{h} fq drop {}",
+                        now.as_secs_f64(),
+                        trace::describe(&d.frame)
+                    );
+                }
+            }) else {
+                break;
+            };
+            moved = true;
+            self.net_send(h, item.frame);
+        }
+        moved
+    }
+
+    fn net_send(&mut self, h: usize, frame: Vec<u8>) {
+        match &mut self.net {
+            Net::P2p(l) => {
+                let end = if h == 0 { End::A } else { End::B };
+                l.send(self.now, end, frame);
+            }
+            Net::Switched(s) => {
+                s.send(self.now, h, frame);
+            }
+        }
     }
 
     /// Delivers every frame due now and puts every frame the hosts queued on the wire,
@@ -485,16 +736,25 @@ impl Sim {
                             trace::describe(&f.data)
                         );
                     }
-                    match &mut self.net {
-                        Net::P2p(l) => {
-                            let end = if h == 0 { End::A } else { End::B };
-                            l.send(self.now, end, f.data);
-                        }
-                        Net::Switched(s) => {
-                            s.send(self.now, h, f.data);
-                        }
+                    if let Some(q) = self.txq.get_mut(h) {
+                        let flow = frame_flow(&f.data, q.flow_seed);
+                        let (now, trace) = (self.now, self.cfg.trace);
+                        q.fq.enqueue(now, flow, f.data, 0, None, &mut |d| {
+                            if trace {
+                                eprintln!(
+                                    "{:>12.6} h{h} fq drop {}",
+                                    now.as_secs_f64(),
+                                    trace::describe(&d.frame)
+                                );
+                            }
+                        });
+                        // A driver hands a frame on as soon as its device has room.
+                        self.drain_txq(h);
+                    } else {
+                        self.net_send(h, f.data);
                     }
                 }
+                moved |= self.drain_txq(h);
             }
             // Every frame that has arrived for a host by now is one receive batch, as
             // one poll of a device would return it (receive-side coalescing works
