@@ -631,9 +631,8 @@ impl StackInner {
     /// answered by the IP layer.
     pub(crate) fn receive_frames(&self, now: Instant, iface: IfaceId, frames: &mut Vec<Vec<u8>>) {
         let mut h = self.host();
-        for f in frames.drain(..) {
-            h.receive(now, iface, &f);
-        }
+        // One batch: with `ip_gro`, a flow's consecutive in-order segments reach TCP as one.
+        h.receive_batch(now, iface, frames.drain(..));
         self.drain_host_tx(&mut h);
         self.publish_host_deadline(&h);
     }
@@ -649,7 +648,12 @@ impl StackInner {
         for u in ups {
             match u {
                 TcpUpcall::Segment {
-                    src, dst, segment, ..
+                    src,
+                    dst,
+                    segment,
+                    csum_ok,
+                    segs,
+                    gso_size,
                 } => {
                     if segment.len() < 4 {
                         continue;
@@ -665,9 +669,10 @@ impl StackInner {
                         src,
                         dst,
                         bytes: segment,
-                        csum_ok: false,
-                        segs: 1,
-                        gso_size: 0,
+                        csum_ok,
+                        lo: false,
+                        segs,
+                        gso_size,
                     };
                     if target == p.id {
                         p.input(self, now, seg);

@@ -144,8 +144,11 @@ pub(crate) struct Seg {
     pub dst: Ipv4Addr,
     /// TCP header and payload.
     pub bytes: Vec<u8>,
-    /// Checksum known good (loopback: never computed, as Linux `lo`).
+    /// Checksum known good (loopback: never computed, as Linux `lo`; device segments
+    /// coalesced on receive: verified piece by piece).
     pub csum_ok: bool,
+    /// Came over the loopback path (no IP header).
+    pub lo: bool,
     /// Wire segments it stands for (a large loopback segment, or segments coalesced on
     /// receive); 1 for an ordinary one.
     pub segs: u16,
@@ -249,7 +252,7 @@ impl Perim {
 
     /// A segment for this stack, classified here (this squeue received it).
     pub fn input(&mut self, st: &StackInner, now: Instant, seg: Seg) {
-        if seg.csum_ok {
+        if seg.lo {
             self.stats.ip_lo_in += 1;
         }
         let Ok((repr, payload)) = TcpRepr::parse(&seg.bytes, seg.src, seg.dst, !seg.csum_ok) else {
@@ -270,7 +273,8 @@ impl Perim {
         st.probe(Probe::IpReceive, local, remote, seg.bytes.len());
         match st.classifier.lookup(&(local, remote)) {
             Some(loc) if loc.sq == self.id => {
-                self.conn_input(st, now, loc.key, local, remote, &repr, payload);
+                let pieces = (seg.segs, seg.gso_size);
+                self.conn_input(st, now, loc.key, local, remote, &repr, payload, pieces);
             }
             Some(loc) => {
                 // Another squeue's connection (a device queue fans out by flow hash).
@@ -300,6 +304,7 @@ impl Perim {
         remote: SocketAddrV4,
         repr: &TcpRepr,
         payload: &[u8],
+        (segs, gso_size): (u16, u16),
     ) {
         let Some(c) = self.conns.get(key) else {
             return;
@@ -330,7 +335,13 @@ impl Perim {
         }
         if let Some(c) = self.conns.get_mut(key) {
             st.probe(Probe::TcpReceive, local, remote, payload.len());
-            c.tcb.on_segment(now, repr, payload);
+            if segs > 1 {
+                // Segments coalesced on receive (GRO), or a large loopback segment: the
+                // ACK and counters are those of the pieces.
+                c.tcb.on_segment_gro(now, repr, payload, segs, gso_size);
+            } else {
+                c.tcb.on_segment(now, repr, payload);
+            }
         }
         self.flush(st, now, key);
     }
@@ -596,6 +607,7 @@ impl Perim {
                 dst: *remote.ip(),
                 bytes,
                 csum_ok: true,
+                lo: true,
                 segs,
                 gso_size: if segs > 1 { tx.gso } else { 0 },
             };
