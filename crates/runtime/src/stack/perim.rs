@@ -650,11 +650,15 @@ impl Perim {
             f
         };
         ip.emit(&mut f[HEADROOM..HEADROOM + IPV4_HEADER_LEN]);
-        TcpRepr::fill_checksum(
-            &mut f[HEADROOM + IPV4_HEADER_LEN..],
-            *local.ip(),
-            *remote.ip(),
-        );
+        if tx.gso == 0 {
+            TcpRepr::fill_checksum(
+                &mut f[HEADROOM + IPV4_HEADER_LEN..],
+                *local.ip(),
+                *remote.ip(),
+            );
+        }
+        // A large segment's checksum is filled where it is cut: per piece by GSO, or by
+        // the device that segments it (TSO), never over the whole 64 KiB first.
         if let Some((iface, mac)) = hop {
             if let Some((src, dev)) = st.device(iface, self.id) {
                 let eth = EthernetRepr {

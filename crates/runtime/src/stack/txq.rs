@@ -7,10 +7,12 @@
 //! front of each device queue is the squeue's own and needs no lock: one [`TxQueues`]
 //! per squeue, one [`TxQ`] per device it has sent on.
 //!
-//! * **GSO.** TCP hands over segments of up to 64 KiB (`ip_lso_outbound`). A device that
-//!   segments itself ([`Device::tso`]: TAP with the virtio-net header) gets them whole;
-//!   for any other, [`gso_split`] cuts them into MTU-sized frames here, just before the
-//!   device, each with its own headers and checksum (filled once, here).
+//! * **GSO.** TCP hands over segments of up to 64 KiB (`ip_lso_outbound`) without a TCP
+//!   checksum. A device that segments itself ([`Device::tso`]: TAP with the virtio-net
+//!   header) gets them whole and has the kernel fill each piece's checksum from the
+//!   pseudo-header sum; for any other, [`gso_split`] cuts them into MTU-sized frames here,
+//!   just before the device, each with its own headers and checksum: every checksum is
+//!   computed once, over the frame that carries it.
 //! * **Devices with a visible queue** ([`Device::tx_backlog`] is `Some`: an in-memory
 //!   link with a rate, the wire model in front of a real device) get a fair queue
 //!   ([`Fq`]: deficit round robin over the flow hash, new flows first, CoDel per flow)
@@ -129,6 +131,18 @@ struct TxQ {
     wake: Option<Instant>,
 }
 
+/// The payload per piece a segmenting device cuts `frame` into: its MTU less the IP and
+/// TCP headers (the TAP device tells the kernel exactly that). TCP's pieces may be
+/// smaller (the peer's MSS, SACK blocks): such a segment is split here instead.
+fn device_cuts_at(frame: &[u8], mtu: usize) -> usize {
+    let eth = ember_core::wire::ETHERNET_HEADER_LEN;
+    let ihl = frame.get(eth).map_or(0, |b| usize::from(b & 0x0f) * 4);
+    let thl = frame
+        .get(eth + ihl + 12)
+        .map_or(0, |b| usize::from(b >> 4) * 4);
+    mtu.saturating_sub(ihl + thl)
+}
+
 /// Bytes `rate_bps` moves in `d` (saturating).
 pub(crate) fn bytes_in(rate_bps: u64, d: Duration) -> u64 {
     let b = u128::from(rate_bps) * d.as_nanos() / 8_000_000_000;
@@ -217,8 +231,11 @@ impl TxQueues {
             .len()
             .saturating_sub(ember_core::wire::ETHERNET_HEADER_LEN);
         self.pieces.clear();
-        if f.gso_size > 0 && ip_len > mtu {
-            if dev.tso() {
+        if f.gso_size > 0 {
+            // A large segment comes without its TCP checksum: the device that segments
+            // it fills each piece's (TSO), or GSO does here.
+            if dev.tso() && ip_len > mtu && device_cuts_at(&f.frame, mtu) == usize::from(f.gso_size)
+            {
                 self.stats.tso_sends += 1;
                 self.pieces.push(f.frame);
             } else {
