@@ -47,6 +47,9 @@
 //! 9. **One wire segment in**: an input that already stands for several (`segs > 1`) is
 //!    passed on as it is.
 //!
+//! The IP header is not compared (GRO sees the TCP segment only): nothing in it but the
+//! addresses reaches TCP, and ember does no ECN, so a CE mark would be ignored anyway.
+//!
 //! Segments that cannot be merged pass straight through, but always after the segment
 //! held for their own flow, so order within a flow is preserved; segments of different
 //! flows may be reordered with respect to each other (as with any per-flow queueing). A
