@@ -96,6 +96,35 @@ impl Default for FqConfig {
     }
 }
 
+impl FqConfig {
+    /// The defaults, with CoDel's target raised to the transmission time of one
+    /// `max_frame`-byte frame at `rate_bps` where that is longer than 5 ms (RFC 8289 §4.3:
+    /// on a slow link a single full frame already sits that long), and the interval to at
+    /// least twenty targets.
+    pub fn for_link(rate_bps: Option<u64>, max_frame: usize) -> FqConfig {
+        let mut c = FqConfig::default();
+        if let Some(rate) = rate_bps {
+            let frame_time = pace_gap(max_frame, rate);
+            if frame_time > c.codel_target {
+                c.codel_target = frame_time;
+                c.codel_interval = c.codel_interval.max(frame_time.saturating_mul(20));
+            }
+        }
+        c
+    }
+}
+
+/// The byte-queue limit for a device draining at `rate_bps` whose frames are at most
+/// `max_frame` bytes: `max(2 × max_frame, 1 ms at the rate)`. Hand the device another frame
+/// only while its [`TxBacklog`](super::TxBacklog) is below this: the device's own FIFO then
+/// holds about a millisecond, and everything else waits in the fair queue, where a new
+/// flow can overtake. The same figure is issue 7's TCP Small Queues budget per connection
+/// (bytes it may have in the device queue).
+pub fn byte_queue_limit(rate_bps: u64, max_frame: usize) -> usize {
+    let one_ms = usize::try_from(rate_bps / 8 / 1000).unwrap_or(usize::MAX);
+    max_frame.saturating_mul(2).max(one_ms)
+}
+
 /// A frame in (or dropped from) the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QItem {
@@ -1033,6 +1062,23 @@ mod tests {
         f[30..34].copy_from_slice(&[10, 0, 0, 2]);
         f.extend_from_slice(l4);
         f
+    }
+
+    #[test]
+    fn link_sized_defaults() {
+        assert_eq!(byte_queue_limit(100_000_000, 1514), 12_500);
+        assert_eq!(byte_queue_limit(10_000_000, 1514), 3028);
+        assert_eq!(byte_queue_limit(u64::MAX, usize::MAX), usize::MAX);
+        assert_eq!(FqConfig::for_link(None, 1514), FqConfig::default());
+        assert_eq!(
+            FqConfig::for_link(Some(100_000_000), 1514),
+            FqConfig::default()
+        );
+        // 1514 bytes at 1 Mbit/s take 12.112 ms.
+        let slow = FqConfig::for_link(Some(1_000_000), 1514);
+        assert_eq!(slow.codel_target, Duration::from_micros(12_112));
+        assert_eq!(slow.codel_interval, Duration::from_micros(242_240));
+        let _ = FqConfig::for_link(Some(0), usize::MAX);
     }
 
     #[test]
