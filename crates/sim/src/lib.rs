@@ -30,7 +30,7 @@ use ember_core::tcp::{State, TcpError};
 use ember_core::wire::MacAddr;
 use ember_core::{Host, Instant, Params};
 use ember_runtime::dev::{
-    frame_flow, End, Fq, FqConfig, FqStats, ImpairConfig, Link, Switch, Wire,
+    byte_queue_limit, frame_flow, End, Fq, FqConfig, FqStats, ImpairConfig, Link, Switch, Wire,
 };
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -299,10 +299,7 @@ impl TxQueue {
             return usize::MAX;
         };
         let frame = impair.mtu.saturating_add(14);
-        let one_ms = usize::try_from(rate / 8 / 1000).unwrap_or(usize::MAX);
-        frame
-            .saturating_mul(2)
-            .max(one_ms)
+        byte_queue_limit(rate, frame)
             .min(impair.queue_bytes.saturating_sub(frame))
             .max(1)
     }
@@ -465,7 +462,10 @@ impl Sim {
             txq: if cfg.fq {
                 (0..cfg.hosts)
                     .map(|h| TxQueue {
-                        fq: Fq::new(FqConfig::default()),
+                        fq: Fq::new(FqConfig::for_link(
+                            cfg.impair.rate_bps,
+                            cfg.impair.mtu.saturating_add(14),
+                        )),
                         limit: TxQueue::limit(&cfg.impair),
                         flow_seed: cfg.seed ^ h as u64,
                     })

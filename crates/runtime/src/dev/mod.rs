@@ -61,7 +61,7 @@ pub use impaired::Impaired;
 pub use link::{End, Link};
 #[cfg(not(loom))]
 pub use memlink::{mem_link, MemLinkEnd};
-pub use qdisc::{frame_flow, Fq, FqConfig, FqStats, QItem};
+pub use qdisc::{byte_queue_limit, feed_device, frame_flow, Fq, FqConfig, FqStats, QItem};
 pub use switch::{Switch, SwitchStats};
 #[cfg(all(not(loom), target_os = "linux"))]
 pub use tap::{Tap, TapConfig, TapCounters};

@@ -50,6 +50,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use ember_core::time::Instant;
 
+use super::device::Device;
 use super::splitmix64;
 
 /// Largest flow table [`Fq`] builds ([`FqConfig::flows`] is clamped to `1..=MAX_FLOWS`).
@@ -94,6 +95,35 @@ impl Default for FqConfig {
             codel: true,
         }
     }
+}
+
+impl FqConfig {
+    /// The defaults, with CoDel's target raised to the transmission time of one
+    /// `max_frame`-byte frame at `rate_bps` where that is longer than 5 ms (RFC 8289 §4.3:
+    /// on a slow link a single full frame already sits that long), and the interval to at
+    /// least twenty targets.
+    pub fn for_link(rate_bps: Option<u64>, max_frame: usize) -> FqConfig {
+        let mut c = FqConfig::default();
+        if let Some(rate) = rate_bps {
+            let frame_time = pace_gap(max_frame, rate);
+            if frame_time > c.codel_target {
+                c.codel_target = frame_time;
+                c.codel_interval = c.codel_interval.max(frame_time.saturating_mul(20));
+            }
+        }
+        c
+    }
+}
+
+/// The byte-queue limit for a device draining at `rate_bps` whose frames are at most
+/// `max_frame` bytes: `max(2 × max_frame, 1 ms at the rate)`. Hand the device another frame
+/// only while its [`TxBacklog`](super::TxBacklog) is below this: the device's own FIFO then
+/// holds about a millisecond, and everything else waits in the fair queue, where a new
+/// flow can overtake. The same figure is issue 7's TCP Small Queues budget per connection
+/// (bytes it may have in the device queue).
+pub fn byte_queue_limit(rate_bps: u64, max_frame: usize) -> usize {
+    let one_ms = usize::try_from(rate_bps / 8 / 1000).unwrap_or(usize::MAX);
+    max_frame.saturating_mul(2).max(one_ms)
 }
 
 /// A frame in (or dropped from) the queue.
@@ -618,6 +648,41 @@ impl Fq {
     }
 }
 
+/// Hands frames from `fq` to `dev` at `now` while the device's own backlog
+/// ([`Device::tx_backlog`]) is below its [`byte_queue_limit`] (a device that reports none is
+/// never held back). `sent(owner, len)` is told of each frame just before it goes, so TCP
+/// Small Queues credit can be returned; CoDel's drops go to `dropped`. Returns when to call
+/// again: when the device's backlog will have drained below the limit (estimated from its
+/// rate), or when a paced frame becomes eligible; `None` when the queue is empty.
+pub fn feed_device(
+    fq: &mut Fq,
+    dev: &dyn Device,
+    now: Instant,
+    sent: &mut dyn FnMut(u64, usize),
+    dropped: &mut dyn FnMut(QItem),
+) -> Option<Instant> {
+    let max_frame = (dev.mtu() as usize).saturating_add(14);
+    loop {
+        if fq.is_empty() {
+            return None;
+        }
+        if let Some(b) = dev.tx_backlog(now) {
+            let limit = byte_queue_limit(b.rate_bps, max_frame);
+            if b.bytes >= limit {
+                let excess = b.bytes - limit + 1;
+                return Some(now.saturating_add(pace_gap(excess, b.rate_bps)));
+            }
+        }
+        match fq.dequeue(now, dropped) {
+            Some(it) => {
+                sent(it.owner, it.frame.len());
+                dev.transmit(it.frame);
+            }
+            None => return fq.next_time(),
+        }
+    }
+}
+
 /// `len × 8 / rate` seconds, rounded up to a nanosecond.
 fn pace_gap(len: usize, rate: u64) -> Duration {
     let bits = (len as u128) * 8 * 1_000_000_000;
@@ -1033,6 +1098,119 @@ mod tests {
         f[30..34].copy_from_slice(&[10, 0, 0, 2]);
         f.extend_from_slice(l4);
         f
+    }
+
+    /// A device with a settable backlog that keeps what it is given.
+    struct Sink {
+        backlog: std::sync::Mutex<Option<usize>>,
+        got: std::sync::Mutex<Vec<Vec<u8>>>,
+    }
+
+    impl Device for Sink {
+        fn transmit(&self, f: Vec<u8>) {
+            let mut b = self.backlog.lock().unwrap();
+            if let Some(b) = b.as_mut() {
+                *b += f.len();
+            }
+            self.got.lock().unwrap().push(f);
+        }
+        fn poll_rx(&self, _: Instant, _: &mut Vec<Vec<u8>>, _: usize) {}
+        fn next_rx(&self) -> Option<Instant> {
+            None
+        }
+        fn set_rx_waker(&self, _: Box<dyn Fn() + Send + Sync>) {}
+        fn mtu(&self) -> u32 {
+            1500
+        }
+        fn tx_backlog(&self, _: Instant) -> Option<super::super::TxBacklog> {
+            self.backlog
+                .lock()
+                .unwrap()
+                .map(|bytes| super::super::TxBacklog {
+                    bytes,
+                    rate_bps: 100_000_000,
+                })
+        }
+    }
+
+    #[test]
+    fn feeding_a_device_stops_at_its_byte_queue_limit() {
+        let dev = Sink {
+            backlog: std::sync::Mutex::new(Some(0)),
+            got: std::sync::Mutex::new(Vec::new()),
+        };
+        let mut q = Fq::new(cfg_nocodel());
+        for s in 0..20 {
+            q.enqueue(ms(0), 1, tagged(1, s, 1514), 77, None, &mut no_drop);
+        }
+        let mut credit = Vec::new();
+        // 100 Mbit/s: the limit is 12,500 bytes; frames go while the backlog is below it.
+        let next = feed_device(
+            &mut q,
+            &dev,
+            ms(0),
+            &mut |o, l| credit.push((o, l)),
+            &mut no_drop,
+        );
+        assert_eq!(dev.got.lock().unwrap().len(), 9);
+        assert_eq!(credit, vec![(77, 1514); 9]);
+        // 13,626 bytes held: 1127 bytes over, 90.16 µs at 100 Mbit/s.
+        assert_eq!(next, Some(ms(0) + Duration::from_nanos(90_160)));
+        // The device drained: the rest goes.
+        *dev.backlog.lock().unwrap() = Some(0);
+        let next = feed_device(&mut q, &dev, ms(1), &mut |_, _| {}, &mut no_drop);
+        assert_eq!(dev.got.lock().unwrap().len(), 18);
+        assert!(next.is_some());
+        // A device without a visible queue takes everything at once.
+        *dev.backlog.lock().unwrap() = None;
+        assert_eq!(
+            feed_device(&mut q, &dev, ms(2), &mut |_, _| {}, &mut no_drop),
+            None
+        );
+        assert_eq!(dev.got.lock().unwrap().len(), 20);
+        // Paced frames: come back at their time.
+        q.enqueue(
+            ms(3),
+            2,
+            tagged(2, 0, 1500),
+            0,
+            Some(12_000_000),
+            &mut no_drop,
+        );
+        q.enqueue(
+            ms(3),
+            2,
+            tagged(2, 1, 1500),
+            0,
+            Some(12_000_000),
+            &mut no_drop,
+        );
+        assert_eq!(
+            feed_device(&mut q, &dev, ms(3), &mut |_, _| {}, &mut no_drop),
+            Some(ms(4))
+        );
+        assert_eq!(
+            feed_device(&mut q, &dev, ms(4), &mut |_, _| {}, &mut no_drop),
+            None
+        );
+        assert_eq!(dev.got.lock().unwrap().len(), 22);
+    }
+
+    #[test]
+    fn link_sized_defaults() {
+        assert_eq!(byte_queue_limit(100_000_000, 1514), 12_500);
+        assert_eq!(byte_queue_limit(10_000_000, 1514), 3028);
+        assert_eq!(byte_queue_limit(u64::MAX, usize::MAX), usize::MAX);
+        assert_eq!(FqConfig::for_link(None, 1514), FqConfig::default());
+        assert_eq!(
+            FqConfig::for_link(Some(100_000_000), 1514),
+            FqConfig::default()
+        );
+        // 1514 bytes at 1 Mbit/s take 12.112 ms.
+        let slow = FqConfig::for_link(Some(1_000_000), 1514);
+        assert_eq!(slow.codel_target, Duration::from_micros(12_112));
+        assert_eq!(slow.codel_interval, Duration::from_micros(242_240));
+        let _ = FqConfig::for_link(Some(0), usize::MAX);
     }
 
     #[test]
