@@ -249,7 +249,6 @@ tunables! {
     ip_fq_limit: u32 = 10_240, 16, 1_000_000, "packets", "frames the fair queue of one device queue holds before it drops from the longest flow";
     ip_fq_codel_target: u32 = 5_000, 100, 1_000_000, "us", "CoDel target: acceptable standing queue delay per flow";
     ip_fq_codel_interval: u32 = 100_000, 1_000, 10_000_000, "us", "CoDel interval: how long the delay must stay above target before the first drop";
-    ip_dev_queue_us: u32 = 1_000, 0, 1_000_000, "us", "time's worth of frames at the link rate a device's own queue may hold (at least two full frames); the rest waits in the fair queue, like Linux BQL";
     tcp_tsq_us: u32 = 1_000, 0, 1_000_000, "us", "TCP Small Queues: a connection keeps at most this long at the link rate, or two of its segments if more, in the device queues; 0 = no limit";
     tcp_pacing: bool = false, 0, 1, "", "pace each connection at cwnd/srtt (twice that in slow start, 1.2 times after) on devices whose queue drains at a known rate";
     squeue_drain_ms: u32 = 20, 0, 1000, "ms", "time a non-worker thread may spend draining a squeue";

@@ -518,16 +518,7 @@ impl Sim {
                 })
                 .collect(),
             fq: self.txq.iter().fold(FqStats::default(), |mut a, q| {
-                let s = q.fq.stats();
-                a.enqueued += s.enqueued;
-                a.dequeued += s.dequeued;
-                a.drops_overlimit += s.drops_overlimit;
-                a.codel_drops += s.codel_drops;
-                a.new_flows += s.new_flows;
-                a.flow_collisions += s.flow_collisions;
-                a.paced_waits += s.paced_waits;
-                a.max_backlog_pkts = a.max_backlog_pkts.max(s.max_backlog_pkts);
-                a.max_backlog_bytes = a.max_backlog_bytes.max(s.max_backlog_bytes);
+                a += q.fq.stats();
                 a
             }),
         }

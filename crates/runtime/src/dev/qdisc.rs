@@ -163,6 +163,21 @@ pub struct FqStats {
     pub max_backlog_bytes: u64,
 }
 
+impl core::ops::AddAssign for FqStats {
+    /// Sums the counters; the high-water marks take the larger.
+    fn add_assign(&mut self, o: FqStats) {
+        self.enqueued += o.enqueued;
+        self.dequeued += o.dequeued;
+        self.drops_overlimit += o.drops_overlimit;
+        self.codel_drops += o.codel_drops;
+        self.new_flows += o.new_flows;
+        self.flow_collisions += o.flow_collisions;
+        self.paced_waits += o.paced_waits;
+        self.max_backlog_pkts = self.max_backlog_pkts.max(o.max_backlog_pkts);
+        self.max_backlog_bytes = self.max_backlog_bytes.max(o.max_backlog_bytes);
+    }
+}
+
 /// A queued frame with what the scheduler needs besides the caller's item.
 #[derive(Debug)]
 struct Entry {

@@ -1106,7 +1106,7 @@ impl Stack {
             ("gso_errors", x.gso_errors),
             ("tso_sends", x.tso_sends),
             ("direct", x.direct),
-            ("dev_queue_full", x.dev_queue_full),
+            ("dev_queue_waits", x.dev_queue_waits),
             ("tsq_throttles", x.tsq_throttles),
             ("fq_enqueued", x.fq.enqueued),
             ("fq_dequeued", x.fq.dequeued),

@@ -37,7 +37,7 @@
 //! * A FIN is never held here: it rides on the last piece of its segment or goes alone,
 //!   and leaves as soon as the data ahead of it in its own flow has (seed 001).
 
-use crate::dev::{frame_flow, Device, Fq, FqConfig, FqStats, QItem};
+use crate::dev::{feed_device, frame_flow, Device, Fq, FqConfig, FqStats, QItem};
 use core::time::Duration;
 use ember_core::ip::gso::gso_split;
 use ember_core::params::Params;
@@ -57,8 +57,9 @@ pub struct TxStats {
     pub gso_errors: u64,
     /// Frames handed straight to a device without a queue of its own.
     pub direct: u64,
-    /// Times the device queue was full and frames waited in the fair queue.
-    pub dev_queue_full: u64,
+    /// Times frames were left waiting in a fair queue (the device queue full, or a paced
+    /// flow's next departure still ahead).
+    pub dev_queue_waits: u64,
     /// Times TCP Small Queues held a connection's new data back.
     pub tsq_throttles: u64,
     /// The fair queues' counters, summed.
@@ -72,24 +73,9 @@ impl core::ops::AddAssign for TxStats {
         self.tso_sends += o.tso_sends;
         self.gso_errors += o.gso_errors;
         self.direct += o.direct;
-        self.dev_queue_full += o.dev_queue_full;
+        self.dev_queue_waits += o.dev_queue_waits;
         self.tsq_throttles += o.tsq_throttles;
         self.fq += o.fq;
-    }
-}
-
-impl core::ops::AddAssign for FqStats {
-    /// Sums the counters; the high-water marks take the larger.
-    fn add_assign(&mut self, o: FqStats) {
-        self.enqueued += o.enqueued;
-        self.dequeued += o.dequeued;
-        self.drops_overlimit += o.drops_overlimit;
-        self.codel_drops += o.codel_drops;
-        self.new_flows += o.new_flows;
-        self.flow_collisions += o.flow_collisions;
-        self.paced_waits += o.paced_waits;
-        self.max_backlog_pkts = self.max_backlog_pkts.max(o.max_backlog_pkts);
-        self.max_backlog_bytes = self.max_backlog_bytes.max(o.max_backlog_bytes);
     }
 }
 
@@ -98,7 +84,6 @@ impl core::ops::AddAssign for FqStats {
 pub(crate) struct TxConfig {
     pub fq: bool,
     pub fq_cfg: FqConfig,
-    pub dev_queue: Duration,
     pub tsq: Duration,
     pub pacing: bool,
 }
@@ -115,7 +100,6 @@ impl TxConfig {
         TxConfig {
             fq: p.ip_fq,
             fq_cfg,
-            dev_queue: Duration::from_micros(u64::from(p.ip_dev_queue_us)),
             tsq: Duration::from_micros(u64::from(p.tcp_tsq_us)),
             pacing: p.tcp_pacing,
         }
@@ -129,6 +113,19 @@ struct TxQ {
     /// When frames wait: the instant the device queue will have room again, or a paced
     /// flow's next departure.
     wake: Option<Instant>,
+    /// The device queue's rate when the fair queue was set up for it.
+    rate_bps: u64,
+}
+
+/// The tunables' fair-queue settings for a link of `rate_bps`, with CoDel's target at
+/// least one full frame's transmission time (RFC 8289 §4.3: on a slow link one frame
+/// already waits that long).
+fn link_config(base: &FqConfig, rate_bps: u64, mtu: usize) -> FqConfig {
+    let l = FqConfig::for_link(Some(rate_bps), mtu + ember_core::wire::ETHERNET_HEADER_LEN);
+    let mut c = base.clone();
+    c.codel_target = c.codel_target.max(l.codel_target);
+    c.codel_interval = c.codel_interval.max(l.codel_interval);
+    c
 }
 
 /// The payload per piece a segmenting device cuts `frame` into: its MTU less the IP and
@@ -147,12 +144,6 @@ fn device_cuts_at(frame: &[u8], mtu: usize) -> usize {
 pub(crate) fn bytes_in(rate_bps: u64, d: Duration) -> u64 {
     let b = u128::from(rate_bps) * d.as_nanos() / 8_000_000_000;
     u64::try_from(b).unwrap_or(u64::MAX)
-}
-
-/// Time `rate_bps` takes to move `bytes` (at least 1 µs, so a deadline is always ahead).
-fn time_for(bytes: u64, rate_bps: u64) -> Duration {
-    let ns = u128::from(bytes) * 8_000_000_000 / u128::from(rate_bps.max(1));
-    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)).max(Duration::from_micros(1))
 }
 
 /// The transmit side of one squeue.
@@ -193,7 +184,8 @@ impl TxQueues {
     /// Applies changed tunables (new fair-queue settings take effect at once).
     pub fn set_config(&mut self, cfg: TxConfig) {
         for q in &mut self.qs {
-            q.fq.set_config(cfg.fq_cfg.clone());
+            let mtu = q.dev.mtu() as usize;
+            q.fq.set_config(link_config(&cfg.fq_cfg, q.rate_bps, mtu));
         }
         self.cfg = cfg;
     }
@@ -284,8 +276,9 @@ impl TxQueues {
             None => {
                 self.qs.push(TxQ {
                     dev: dev.clone(),
-                    fq: Fq::new(self.cfg.fq_cfg.clone()),
+                    fq: Fq::new(link_config(&self.cfg.fq_cfg, b.rate_bps, mtu)),
                     wake: None,
+                    rate_bps: b.rate_bps,
                 });
                 self.qs.len() - 1
             }
@@ -318,36 +311,24 @@ impl TxQueues {
         let Some(q) = self.qs.get_mut(i) else {
             return;
         };
-        q.wake = None;
         let mut dropped = std::mem::take(&mut self.dropped);
-        loop {
-            if let Some(b) = q.dev.tx_backlog(now) {
-                let full = (q.dev.mtu() as u64 + 14) * 2;
-                let limit = bytes_in(b.rate_bps, self.cfg.dev_queue).max(full);
-                if b.bytes as u64 >= limit && !q.fq.is_empty() {
-                    self.stats.dev_queue_full += 1;
-                    let over = b.bytes as u64 - limit + 1;
-                    q.wake = Some(now + time_for(over, b.rate_bps));
-                    break;
+        q.wake = feed_device(
+            &mut q.fq,
+            &*q.dev,
+            now,
+            &mut |owner, len| {
+                if owner != 0 {
+                    credit(owner, -(len as isize));
                 }
-            }
-            let item = q.fq.dequeue(now, &mut |it: QItem| dropped.push(it));
-            for it in dropped.drain(..) {
-                if it.owner != 0 {
-                    credit(it.owner, -(it.frame.len() as isize));
-                }
-            }
-            match item {
-                Some(it) => {
-                    if it.owner != 0 {
-                        credit(it.owner, -(it.frame.len() as isize));
-                    }
-                    q.dev.transmit(it.frame);
-                }
-                None => {
-                    q.wake = q.fq.next_time();
-                    break;
-                }
+            },
+            &mut |it: QItem| dropped.push(it),
+        );
+        if q.wake.is_some() {
+            self.stats.dev_queue_waits += 1;
+        }
+        for it in dropped.drain(..) {
+            if it.owner != 0 {
+                credit(it.owner, -(it.frame.len() as isize));
             }
         }
         self.dropped = dropped;
@@ -395,8 +376,5 @@ mod tests {
     fn rates_and_times() {
         assert_eq!(bytes_in(100_000_000, Duration::from_millis(1)), 12_500);
         assert_eq!(bytes_in(u64::MAX, Duration::from_secs(1_000_000)), u64::MAX);
-        assert_eq!(time_for(12_500, 100_000_000), Duration::from_millis(1));
-        assert_eq!(time_for(0, 100_000_000), Duration::from_micros(1));
-        assert_eq!(time_for(1, 0), Duration::from_secs(8));
     }
 }
