@@ -148,8 +148,11 @@ pub fn run(o: &Opts) -> io::Result<Report> {
         r.notes.push(format!(
             "median ping shift under bulk: {:.2} ms (allowance {ALLOWANCE_MS} ms; p50 {i:.2} → \
              {b:.2} ms) with {q:.0} KiB \
-             of the bulk flow in flight; the path holds {:.0} KiB (100 Mbit/s × 4.7 ms), the \
-             rest waits in the wire's FIFO ahead of the probes",
+             of the bulk flow in flight; the path holds {:.0} KiB (100 Mbit/s × 4.7 ms); the \
+             probes wait behind at most the link's own queue (kept near 1 ms by the fair \
+             queue in front of it), and TCP Small Queues keeps the rest of the bulk flow in \
+             its send buffer (see tsq_throttles, fq_codel_drops, gso_splits: the client \
+             stack's counters over the bulk phase)",
             b - i,
             RATE_BPS as f64 / 8.0 * ONE_WAY.as_secs_f64() * 2.0 / 1024.0
         ));
@@ -424,6 +427,7 @@ pub fn scenario(env: &mut Env, idle: Duration, bulk: Duration) -> io::Result<Out
     // Phase 2: the bulk transfer.
     sleep_until(plan.bulk_start);
     let retrans0 = env.kstat(&client, "tcp:tcpRetransSegs");
+    let txq0: Vec<u64> = TXQ_COUNTERS.iter().map(|k| env.kstat(&client, k)).collect();
     let received = Arc::new(AtomicU64::new(0));
     let reader = {
         let received = received.clone();
@@ -467,6 +471,11 @@ pub fn scenario(env: &mut Env, idle: Duration, bulk: Duration) -> io::Result<Out
     let retrans = env
         .kstat(&client, "tcp:tcpRetransSegs")
         .saturating_sub(retrans0);
+    let txq: Vec<f64> = TXQ_COUNTERS
+        .iter()
+        .zip(&txq0)
+        .map(|(k, v0)| env.kstat(&client, k).saturating_sub(*v0) as f64)
+        .collect();
     if res.is_ok() {
         res = tx.shutdown(Shutdown::Write);
     }
@@ -495,8 +504,14 @@ pub fn scenario(env: &mut Env, idle: Duration, bulk: Duration) -> io::Result<Out
         retrans,
         &inflight,
         &stalls,
+        &txq,
     ))
 }
+
+/// The client stack's transmit-path counters the report carries (`txq:*` kstats), as
+/// metric names in the same order.
+const TXQ_COUNTERS: [&str; 3] = ["txq:tsq_throttles", "txq:fq_codel_drops", "txq:gso_splits"];
+const TXQ_METRICS: [&str; 3] = ["tsq_throttles", "fq_codel_drops", "gso_splits"];
 
 /// The metrics of one run.
 fn outcome(
@@ -507,6 +522,7 @@ fn outcome(
     retrans: u64,
     inflight: &[f64],
     stalls: &[f64],
+    txq: &[f64],
 ) -> Outcome {
     let split = |v: &[Probe]| -> (Vec<f64>, Vec<f64>) {
         let idle = v.iter().filter(|p| p.sent < bulk_start).map(Probe::ms);
@@ -527,26 +543,28 @@ fn outcome(
             v.iter().sum::<f64>() / v.len() as f64
         }
     };
+    let mut metrics = vec![
+        ("ping_idle_p99_ms", quantile(&pi, 0.99)),
+        ("ping_bulk_p99_ms", quantile(&pb, 0.99)),
+        ("udp_idle_p99_ms", quantile(&ui, 0.99)),
+        ("udp_bulk_p99_ms", quantile(&ub, 0.99)),
+        ("bulk_mbit_per_s", mbit),
+        ("ping_lost", lost(pings)),
+        ("udp_lost", lost(udp)),
+        ("ping_idle_p50_ms", quantile(&pi, 0.5)),
+        ("ping_bulk_p50_ms", quantile(&pb, 0.5)),
+        ("udp_bulk_p50_ms", quantile(&ub, 0.5)),
+        ("bulk_inflight_kb", mean(inflight) / 1024.0),
+        ("bulk_retrans_segs", retrans as f64),
+        ("sched_stalls", stalls.len() as f64),
+        (
+            "sched_stall_max_ms",
+            stalls.iter().copied().fold(0.0, f64::max),
+        ),
+    ];
+    metrics.extend(TXQ_METRICS.iter().copied().zip(txq.iter().copied()));
     Outcome {
-        metrics: vec![
-            ("ping_idle_p99_ms", quantile(&pi, 0.99)),
-            ("ping_bulk_p99_ms", quantile(&pb, 0.99)),
-            ("udp_idle_p99_ms", quantile(&ui, 0.99)),
-            ("udp_bulk_p99_ms", quantile(&ub, 0.99)),
-            ("bulk_mbit_per_s", mbit),
-            ("ping_lost", lost(pings)),
-            ("udp_lost", lost(udp)),
-            ("ping_idle_p50_ms", quantile(&pi, 0.5)),
-            ("ping_bulk_p50_ms", quantile(&pb, 0.5)),
-            ("udp_bulk_p50_ms", quantile(&ub, 0.5)),
-            ("bulk_inflight_kb", mean(inflight) / 1024.0),
-            ("bulk_retrans_segs", retrans as f64),
-            ("sched_stalls", stalls.len() as f64),
-            (
-                "sched_stall_max_ms",
-                stalls.iter().copied().fold(0.0, f64::max),
-            ),
-        ],
+        metrics,
         latency: Some(h),
         series: pings
             .iter()
@@ -594,7 +612,10 @@ mod tests {
             0,
             &[],
             &[25.0, 70.0],
+            &[3.0, 1.0, 7.0],
         );
+        assert_eq!(metric(&o, "tsq_throttles"), 3.0);
+        assert_eq!(metric(&o, "gso_splits"), 7.0);
         assert_eq!(metric(&o, "ping_idle_p99_ms"), 5.0);
         assert_eq!(metric(&o, "ping_bulk_p99_ms"), 2000.0);
         assert_eq!(metric(&o, "ping_lost"), 1.0);
