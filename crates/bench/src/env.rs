@@ -655,10 +655,10 @@ impl WireTap {
     }
 }
 
-impl Device for WireTap {
-    fn transmit(&self, frame: Vec<u8>) {
+impl WireTap {
+    fn look(&self, frame: &[u8]) {
         self.frames.fetch_add(1, Ordering::Relaxed);
-        if let Some((len, fin)) = tcp_in_frame(&frame) {
+        if let Some((len, fin)) = tcp_in_frame(frame) {
             if len > 0 {
                 self.data_segments.fetch_add(1, Ordering::Relaxed);
                 self.payload_bytes.fetch_add(len as u64, Ordering::Relaxed);
@@ -668,6 +668,19 @@ impl Device for WireTap {
                 self.fins.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+impl Device for WireTap {
+    fn transmit_batch(&self, frames: &mut Vec<Vec<u8>>) {
+        for f in frames.iter() {
+            self.look(f);
+        }
+        self.inner.transmit_batch(frames);
+    }
+
+    fn transmit(&self, frame: Vec<u8>) {
+        self.look(&frame);
         self.inner.transmit(frame);
     }
 

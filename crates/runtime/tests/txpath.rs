@@ -95,6 +95,12 @@ impl Device for Recorder {
         }
         self.inner.transmit(frame);
     }
+    fn transmit_batch(&self, frames: &mut Vec<Vec<u8>>) {
+        let mut log = self.log.lock().unwrap();
+        log.extend(frames.iter().filter_map(|f| parse(f)));
+        drop(log);
+        self.inner.transmit_batch(frames);
+    }
     fn poll_rx(&self, now: ember_core::time::Instant, out: &mut Vec<Vec<u8>>, budget: usize) {
         self.inner.poll_rx(now, out, budget)
     }

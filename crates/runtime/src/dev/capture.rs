@@ -237,6 +237,13 @@ impl Device for Capture {
         self.inner.transmit(frame);
     }
 
+    fn transmit_batch(&self, frames: &mut Vec<Vec<u8>>) {
+        for f in frames.iter() {
+            self.record(f);
+        }
+        self.inner.transmit_batch(frames);
+    }
+
     fn poll_rx(&self, now: Instant, out: &mut Vec<Vec<u8>>, budget: usize) {
         let start = out.len();
         self.inner.poll_rx(now, out, budget);

@@ -24,6 +24,15 @@ pub struct TxBacklog {
 pub trait Device: Send + Sync + 'static {
     /// Queues a frame for transmission (Ethernet header included, no FCS).
     fn transmit(&self, frame: Vec<u8>);
+    /// Queues every frame of `frames`, in order, leaving it empty: the pieces of one
+    /// large segment (GSO). A device whose per-call cost is a lock or a wake-up takes them
+    /// in one go; the default sends them one by one. Wrappers that look at every frame
+    /// pass the batch on after looking.
+    fn transmit_batch(&self, frames: &mut Vec<Vec<u8>>) {
+        for f in frames.drain(..) {
+            self.transmit(f);
+        }
+    }
     /// Moves up to `budget` frames that have arrived by `now` into `out`.
     fn poll_rx(&self, now: Instant, out: &mut Vec<Vec<u8>>, budget: usize);
     /// When the next frame will be ready, if one is on its way.

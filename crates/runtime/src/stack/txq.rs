@@ -256,9 +256,7 @@ impl TxQueues {
             if !queued_before {
                 // No queue ember can see and nothing waiting here: straight to the device.
                 self.stats.direct += self.pieces.len() as u64;
-                for p in self.pieces.drain(..) {
-                    dev.transmit(p);
-                }
+                dev.transmit_batch(&mut self.pieces);
                 return None;
             }
             // Fair queueing was just switched off, or the device lost its rate: what
@@ -266,9 +264,7 @@ impl TxQueues {
             let i = qi.unwrap_or(0);
             self.run(now, i, credit);
             self.stats.direct += self.pieces.len() as u64;
-            for p in self.pieces.drain(..) {
-                dev.transmit(p);
-            }
+            dev.transmit_batch(&mut self.pieces);
             return None;
         };
         let i = match qi {
