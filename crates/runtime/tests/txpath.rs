@@ -225,6 +225,13 @@ fn over_mem_link(lso: bool, rate_bps: Option<u64>) {
     let splits = counter(&server, "txq:gso_splits");
     if lso {
         assert!(splits > 0, "{what}: no large segment was built and split");
+        if rate_bps.is_none() {
+            // The pieces of one split arrive together: the client coalesces them (GRO).
+            assert!(
+                counter(&client, "ip:groMerged") > 0,
+                "{what}: nothing coalesced on receive"
+            );
+        }
     } else {
         assert_eq!(splits, 0, "{what}: large segments with LSO off");
     }
@@ -354,4 +361,54 @@ fn fin_never_held_on_tap_lso_on_and_off() {
     // One test for both, one after the other: each enters its own namespace.
     over_tap(true);
     over_tap(false);
+}
+
+/// Pacing (`tcp_pacing`) on a link with a rate: a bulk transfer arrives intact, the fair
+/// queue really held paced frames back, and the connection's segments never piled up in
+/// front of the link (TCP Small Queues).
+#[test]
+fn paced_bulk_transfer_over_a_rate_limited_link() {
+    const N: usize = 3 << 20;
+    let cfg = ImpairConfig {
+        rate_bps: Some(200_000_000),
+        delay: Duration::from_millis(1),
+        ..ImpairConfig::default()
+    };
+    let (ea, eb) = mem_link(cfg.clone(), cfg, 11);
+    let mk = |addr, dev| {
+        Stack::builder()
+            .squeues(1)
+            .param("tcp_pacing", "1")
+            .unwrap()
+            .interface(iface(addr), dev)
+            .build()
+            .unwrap()
+    };
+    let client = mk(Ipv4Addr::new(198, 18, 0, 1), ea);
+    let server = mk(Ipv4Addr::new(198, 18, 0, 2), eb);
+    let addr = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8004);
+    let l = TcpListener::bind(&server, addr).unwrap();
+    l.set_accept_timeout(Some(T)).unwrap();
+    let c = TcpStream::connect_timeout(&client, addr, T).unwrap();
+    let (s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let data: Vec<u8> = (0..N).map(|i| (i * 7 % 251) as u8).collect();
+    let w = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            (&c).write_all(&data).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+            c
+        })
+    };
+    let mut got = Vec::new();
+    (&s).read_to_end(&mut got).unwrap();
+    let _c = w.join().unwrap();
+    assert!(got == data, "{} of {N} bytes, or different", got.len());
+    let paced = counter(&client, "txq:fq_paced_waits");
+    let throttled = counter(&client, "txq:tsq_throttles");
+    assert!(paced > 0, "pacing never held a frame: {:?}", client.kstat());
+    assert!(throttled > 0, "TCP Small Queues never held the sender back");
+    client.shutdown();
+    server.shutdown();
 }

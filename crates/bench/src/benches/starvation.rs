@@ -514,6 +514,7 @@ const TXQ_COUNTERS: [&str; 3] = ["txq:tsq_throttles", "txq:fq_codel_drops", "txq
 const TXQ_METRICS: [&str; 3] = ["tsq_throttles", "fq_codel_drops", "gso_splits"];
 
 /// The metrics of one run.
+#[allow(clippy::too_many_arguments)]
 fn outcome(
     pings: &[Probe],
     udp: &[Probe],

@@ -182,7 +182,11 @@ mod tests {
         assert!(batch.is_empty());
         assert_eq!(wakes.load(Ordering::SeqCst), 1);
         a.transmit_batch(&mut Vec::new());
-        assert_eq!(wakes.load(Ordering::SeqCst), 1, "an empty batch wakes nobody");
+        assert_eq!(
+            wakes.load(Ordering::SeqCst),
+            1,
+            "an empty batch wakes nobody"
+        );
         let mut out = Vec::new();
         b.poll_rx(crate::clock::now(), &mut out, 16);
         let firsts: Vec<u8> = out.iter().map(|f| f[0]).collect();
