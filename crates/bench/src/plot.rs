@@ -2143,8 +2143,8 @@ mod tests {
         );
         r.check_ratio("ember-fused", "kernel-tcp", "gbit_per_s", false, 3.0);
         r.notes.push(
-            "ip_lso_outbound is on, but ember builds no segment larger than the MTU yet \
-             (the transmit-path issue): the MTU-65535 wire carries 64 KiB frames instead"
+            "--param turned LSO or GRO off for every case: the offload comparison compares \
+             like with like"
                 .into(),
         );
         r
@@ -2553,7 +2553,7 @@ mod tests {
                 "ember-wire[mtu65535]",
                 "min–max over rounds",
                 "CPU time per GB",
-                "note: ip_lso_outbound",
+                "note: --param turned LSO",
                 "290 Gbit/s",
             ],
         );
