@@ -12,12 +12,16 @@ use super::impair::ImpairConfig;
 use super::link::{End, Link};
 use super::wire::WireStats;
 use ember_core::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 struct Shared {
     link: Mutex<Link>,
     wakers: [OnceLock<Box<dyn Fn() + Send + Sync>>; 2],
     mtu: u32,
+    /// Per end: its transmit wire has a finite rate (so a backlog worth reporting). Read
+    /// without the link's lock, so a device without one costs the stack nothing to ask.
+    rated: [AtomicBool; 2],
 }
 
 /// One end of an in-memory link.
@@ -49,10 +53,15 @@ pub fn mem_link(
     seed: u64,
 ) -> (Arc<MemLinkEnd>, Arc<MemLinkEnd>) {
     let mtu = (a_to_b.mtu.min(b_to_a.mtu) as u32).clamp(68, 65_535);
+    let rated = [
+        AtomicBool::new(a_to_b.rate_bps.is_some()),
+        AtomicBool::new(b_to_a.rate_bps.is_some()),
+    ];
     let shared = Arc::new(Shared {
         link: Mutex::new(Link::new(a_to_b, b_to_a, seed)),
         wakers: [OnceLock::new(), OnceLock::new()],
         mtu,
+        rated,
     });
     (
         Arc::new(MemLinkEnd {
@@ -78,7 +87,9 @@ impl MemLinkEnd {
 
     /// Changes the impairment of the wire this end transmits on.
     pub fn set_tx_impairment(&self, cfg: ImpairConfig) {
-        self.link().wire_mut(self.end).set_config(cfg);
+        let mut l = self.link();
+        self.shared.rated[idx(self.end)].store(cfg.rate_bps.is_some(), Ordering::Relaxed);
+        l.wire_mut(self.end).set_config(cfg);
     }
 }
 
@@ -134,6 +145,9 @@ impl Device for MemLinkEnd {
     }
 
     fn tx_backlog(&self, now: Instant) -> Option<TxBacklog> {
+        if !self.shared.rated[idx(self.end)].load(Ordering::Relaxed) {
+            return None;
+        }
         self.link().tx_backlog(now, self.end)
     }
 }
