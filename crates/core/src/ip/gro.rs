@@ -13,10 +13,13 @@
 //!
 //! 1. **Same flow**: same source and destination address and ports. Segments of other
 //!    flows are never mixed.
-//! 2. **In order**: `s.seq` is exactly where `h` ends (`h.seq + len(h.payload)`). A gap
-//!    or an overlap ends `h`: out-of-order and duplicate data must reach TCP as it
-//!    arrived so that its SACK, D-SACK and duplicate-ACK answers stay what the peer
-//!    expects (RFC 5681 §4.2: an immediate ACK for out-of-order data).
+//! 2. **Contiguous**: `s.seq` is exactly where `h` ends (`h.seq + len(h.payload)`). A gap
+//!    or an overlap ends `h`, so a merged segment is one contiguous run of sequence
+//!    space. GRO does not know RCV.NXT: the run may still be out of order, a duplicate or
+//!    partly beyond the window for TCP, which then owes the ACKs each piece would have
+//!    drawn (`Tcb::on_segment_gro`: duplicate ACKs for out-of-order pieces, RFC 5681 §4.2,
+//!    one per unacceptable piece, every second full piece in order), so the peer's
+//!    duplicate-ACK counting and ACK clock stay as without GRO.
 //! 3. **Checksum verified** (RFC 9293 §3.1): every segment is verified once, here, unless
 //!    the input says it is already known good (`csum_ok`, e.g. from a device that checked
 //!    it). A segment that fails is never merged and is passed on, unchanged, with

@@ -9,7 +9,7 @@
 
 use super::cc::{AckSample, CongestionControl};
 use super::seq::SeqNum;
-use super::tcb::{Recovery, Tcb, QUICKACK_SEGMENTS};
+use super::tcb::{Recovery, Tcb, MAX_OWED_ACKS, QUICKACK_SEGMENTS};
 use super::{Events, State, TcpError};
 use crate::tcp::assembler::InsertOutcome;
 use crate::time::Instant;
@@ -79,11 +79,12 @@ impl Tcb {
     /// coalescing (`ip/gro.rs`) makes of consecutive in-order segments. Processed as
     /// [`Tcb::on_segment`] processes one segment, except that `segs_in` and the other
     /// receive counters count the wire segments, the peer's MSS is learnt from
-    /// `gso_size` (never from the merged length), and the ACK decision is the one the
-    /// pieces would have drawn (RFC 5681 §4.2, RFC 9293 §3.8.6.3): at once when two or
-    /// more full-sized pieces arrived, while quick ACKs last (each piece uses one up),
-    /// and when a piece would have been a duplicate or beyond the window (RFC 9293
-    /// §3.10.7.4). A `segs`/`gso_size` pair that does not describe `payload` (e.g.
+    /// `gso_size` (never from the merged length), and the peer gets the ACKs the pieces
+    /// would have drawn one by one (RFC 5681 §4.2, RFC 9293 §3.8.6.3, §3.10.7.4): every
+    /// second full-sized piece in order, each one while quick ACKs last, each duplicate,
+    /// out-of-order or out-of-window piece. All but the last are owed (`owed_acks`) and
+    /// leave first from `poll_transmit`, each with the window it would have advertised;
+    /// the last is the segment's own ACK decision. A `segs`/`gso_size` pair that does not describe `payload` (e.g.
     /// `segs` = 1) makes this the same as [`Tcb::on_segment`].
     pub fn on_segment_gro(
         &mut self,
@@ -283,6 +284,12 @@ impl Tcb {
                 if self.state == State::TimeWait && f.fin() {
                     // RFC 9293: a retransmitted FIN in TIME-WAIT restarts the 2 MSL timer.
                     self.state_deadline = Some(now + self.set.time_wait);
+                }
+                if pieces.n > 1 && !payload.is_empty() && !f.syn() {
+                    // Each piece, unacceptable alone, would have drawn this ACK (RFC 9293
+                    // §3.10.7.4 first step): all but one are owed.
+                    self.owed_acks.clear();
+                    self.owe_duplicate_acks(pieces.n - 1);
                 }
                 self.send_dupack(now, seg_len, f.syn());
                 return;
@@ -751,6 +758,43 @@ impl Tcb {
     /// RFC 9293 §3.10.7.4 seventh and eighth steps: segment text and FIN, for
     /// ESTABLISHED, FIN-WAIT-1 and FIN-WAIT-2.
     /// `pieces`: the wire segments `payload` stands for (see [`Pieces`]).
+    /// In-order data `n` bytes from `seq`, starting `from` bytes into a coalesced segment
+    /// of `pieces`: records as owed the ACKs its pieces before the last would have drawn
+    /// arriving one by one (RFC 9293 §3.8.6.3, RFC 5681 §4.2: while quick ACKs last, one
+    /// per piece; after that, one whenever more than one MSS is unacknowledged, i.e. every
+    /// second full-sized piece), and leaves in `rcv_unacked_bytes` what the last ACK point
+    /// leaves unacknowledged, so the ACK decision for the last piece is the one it would
+    /// have had alone. The owed ACKs leave first (`poll_transmit`), in order.
+    fn owe_in_order_acks(&mut self, seq: SeqNum, from: u32, n: u32, pieces: Pieces) {
+        let size = pieces.size.max(1);
+        let end = seq + n;
+        // Piece boundaries after `seq` (pieces start at multiples of `size` from the
+        // segment's first byte); each one is where a piece would have been taken alone.
+        let mut at = seq + (size - from % size);
+        let mut prev = seq;
+        let mut acc = self.rcv_unacked_bytes;
+        let mut quick = self.quickack;
+        while at < end && self.owed_acks.len() < MAX_OWED_ACKS {
+            acc = acc.saturating_add(at.since(prev));
+            prev = at;
+            if quick > 0 || acc > self.rcv_mss {
+                quick = quick.saturating_sub(1);
+                self.owed_acks.push_back(at);
+                acc = 0;
+            }
+            at += size;
+        }
+        self.rcv_unacked_bytes = acc.saturating_add(end.since(prev));
+    }
+
+    /// Owes `k` more ACKs of RCV.NXT as it is now (duplicate ACKs), within the bound.
+    fn owe_duplicate_acks(&mut self, k: u32) {
+        let room = MAX_OWED_ACKS.saturating_sub(self.owed_acks.len());
+        for _ in 0..(k as usize).min(room) {
+            self.owed_acks.push_back(self.rcv_nxt);
+        }
+    }
+
     pub(super) fn process_text(
         &mut self,
         now: Instant,
@@ -761,6 +805,9 @@ impl Tcb {
     ) {
         if payload.is_empty() && !fin {
             return;
+        }
+        if pieces.n > 1 {
+            self.owed_acks.clear();
         }
         if self.app_closed && !payload.is_empty() {
             // Data for a connection nobody will read: reset it (as Linux does).
@@ -798,6 +845,9 @@ impl Tcb {
                     if self.sack_ok {
                         self.stats.dup_segs_in += u64::from(dups);
                     }
+                    // Each whole duplicate piece was answered at once: those answers
+                    // are owed ahead of what the new data after them draws.
+                    self.owe_duplicate_acks(dups);
                     self.ack_now = true;
                 }
                 data = &data[skip..];
@@ -805,16 +855,21 @@ impl Tcb {
             seq = self.rcv_nxt;
         }
         // Trim what lies beyond the advertised right edge.
+        let mut beyond = 0u32;
         let right = self.rcv_adv.max(self.rcv_nxt);
         let room = right.since(seq) as usize;
         if data.len() > room {
             data = &data[..room];
             fin = false;
             // A piece wholly beyond the right edge would have been unacceptable and
-            // answered at once (RFC 9293 §3.10.7.4 first step).
+            // answered at once (RFC 9293 §3.10.7.4 first step); all but one of those
+            // answers are owed after what the data in the window draws.
             let last_start = u64::from(pieces.n - 1) * u64::from(pieces.size);
-            if pieces.n > 1 && last_start >= u64::from(right.since(seg_seq)) {
+            let edge = u64::from(right.since(seg_seq));
+            if pieces.n > 1 && last_start >= edge {
                 self.ack_now = true;
+                let first_beyond = edge.div_ceil(u64::from(pieces.size.max(1)));
+                beyond = (u64::from(pieces.n) - first_beyond.min(u64::from(pieces.n))) as u32;
             }
         }
         if seq == self.rcv_nxt {
@@ -832,7 +887,13 @@ impl Tcb {
                 // The peer's segment size: a merged segment's pieces, never its length.
                 let piece = if pieces.n > 1 { pieces.size } else { n };
                 self.rcv_mss = self.rcv_mss.max(piece.min(self.adv_mss));
-                self.rcv_unacked_bytes = self.rcv_unacked_bytes.saturating_add(n);
+                if pieces.n > 1 {
+                    // The ACKs the pieces before the last would have drawn, owed to the
+                    // peer; what the last piece draws is decided below as for any segment.
+                    self.owe_in_order_acks(seq, seq.since(seg_seq), n, pieces);
+                } else {
+                    self.rcv_unacked_bytes = self.rcv_unacked_bytes.saturating_add(n);
+                }
                 let mut filled = false;
                 if !self.ooo.is_empty() {
                     let moved = self.ooo.drain_into(self.rcv_off, &mut self.rcv_buf) as u32;
@@ -855,6 +916,7 @@ impl Tcb {
                 // MSS unacknowledged is acknowledged at once, so a full segment followed
                 // by a partial one (a sender whose buffer is under two segments, e.g. on
                 // loopback with its 64 KB MSS) does not wait for the delayed-ACK timer.
+                let ack_before = core::mem::take(&mut self.ack_now);
                 if filled || !self.ooo.is_empty() {
                     self.ack_now = true;
                 } else if self.quickack > 0 {
@@ -869,11 +931,26 @@ impl Tcb {
                 } else if self.delack_deadline.is_none() {
                     self.delack_deadline = Some(now + self.set.delack);
                 }
+                if beyond > 0 {
+                    // The pieces beyond the window each drew an ACK of what the window
+                    // took; the last of them is the ACK sent now, unless the last piece
+                    // in the window already drew it.
+                    let owed = if self.ack_now { beyond } else { beyond - 1 };
+                    self.owe_duplicate_acks(owed);
+                }
+                self.ack_now |= ack_before;
             }
         } else {
             // Out of order: hold it and send a duplicate ACK at once (RFC 5681 §4.2).
             let off = self.rcv_off + u64::from(seq.since(self.rcv_nxt));
             self.stats.ooo_segs_in += u64::from(pieces.n);
+            if pieces.n > 1 && !data.is_empty() {
+                // Each piece would have drawn its own duplicate ACK (RFC 5681 §4.2): the
+                // peer counts them (DupThresh), so the pieces before the last are owed.
+                let from = seq.since(seg_seq);
+                let k = pieces.overlapping(from, from + data.len() as u32);
+                self.owe_duplicate_acks(k.saturating_sub(1));
+            }
             if !data.is_empty() {
                 match self.ooo.insert(off, data) {
                     InsertOutcome::Stored { .. } => self.note_sack_recent(off),

@@ -85,6 +85,11 @@ impl Tcb {
             }
             _ => {}
         }
+        // The ACKs a coalesced segment's pieces would have drawn (`on_segment_gro`), in
+        // order, before anything that acknowledges more.
+        if let Some(point) = self.owed_acks.pop_front() {
+            return Some(self.build_owed_ack(now, point));
+        }
         // RFC 8985 §7.3: a tail loss probe (`rack.rs`).
         if let Some((seq, len, fin, rtx)) = self.plan_tlp(now) {
             let kind = if rtx { Kind::Retransmit } else { Kind::Data };
@@ -485,7 +490,14 @@ impl Tcb {
             }
             return w as u16;
         }
-        let cur = self.rcv_adv.since(self.rcv_nxt);
+        self.window_at(self.rcv_nxt, free)
+    }
+
+    /// The window field for an ACK of `ack` when `free` bytes of the receive buffer are
+    /// free (RFC 9293 §3.8.6.2.2 receiver SWS avoidance; RFC 7323 §2.3 scaling), moving
+    /// the advertised right edge (never left).
+    fn window_at(&mut self, ack: SeqNum, free: u32) -> u16 {
+        let cur = self.rcv_adv.max(ack).since(ack);
         let mut wnd = free;
         let step = (self.rcv_cap / 2).min(self.rcv_mss.max(1));
         if wnd <= cur {
@@ -500,7 +512,7 @@ impl Tcb {
         // Round up so the right edge never moves left because of the scaling.
         let field = (wnd.saturating_add((1u32 << scale) - 1) >> scale).min(MAX_WINDOW);
         let adv = field << scale;
-        self.rcv_adv = self.rcv_nxt + adv;
+        self.rcv_adv = ack + adv;
         if field == 0 {
             self.stats.zero_window_adv += 1;
         }
@@ -554,6 +566,43 @@ impl Tcb {
             }
         }
         n
+    }
+
+    /// A pure ACK of `point` (at most RCV.NXT) owed for a piece of a coalesced segment,
+    /// with the window it would have advertised then and the current SACK blocks (without
+    /// the D-SACK, which the last ACK carries).
+    /// Leaves the delayed-ACK state alone: the segment's own ACK decision still stands.
+    fn build_owed_ack(&mut self, now: Instant, point: SeqNum) -> Outgoing<'_> {
+        let point = if point > self.rcv_nxt {
+            self.rcv_nxt
+        } else {
+            point
+        };
+        let mut repr = self.base_repr(self.snd_nxt, TcpFlags::ACK);
+        repr.ack = point.raw();
+        // The window as it would have been then: the bytes after `point` were not yet
+        // in the receive buffer.
+        let buffered = (self.rcv_buf.len() as u32).saturating_sub(self.rcv_nxt.since(point));
+        let free = self.rcv_cap.saturating_sub(buffered);
+        repr.window = self.window_at(point, free);
+        if self.ts_ok {
+            repr.options.timestamps = Some((self.ts_now(now), self.ts_recent));
+        }
+        if self.sack_ok && !self.ooo.is_empty() {
+            let dsack = self.dsack.take();
+            let mut blocks = [SackBlock::default(); 4];
+            let n = self.sack_blocks(&mut blocks);
+            self.dsack = dsack;
+            if n > 0 {
+                repr.options.set_sack_blocks(&blocks[..n]);
+            }
+        }
+        self.stats.segs_out += 1;
+        Outgoing {
+            repr,
+            payload: (&[], &[]),
+            gso_size: 0,
+        }
     }
 
     /// A RST: `<SEQ=seq><CTL=RST>`, or `<SEQ=seq><ACK=ack><CTL=RST,ACK>`.

@@ -186,6 +186,10 @@ pub(super) enum Recovery {
     Loss,
 }
 
+/// Most ACKs one coalesced segment can leave owed (`Tcb::owed_acks`); 64 KiB of 1448-byte
+/// pieces owe at most 44.
+pub(super) const MAX_OWED_ACKS: usize = 64;
+
 /// A segment ready to go out: the header to emit and the payload (up to two slices of
 /// the send buffer, which is a ring).
 #[derive(Debug)]
@@ -280,6 +284,13 @@ pub struct Tcb {
     pub(super) ack_now: bool,
     pub(super) rcv_unacked_bytes: u32,
     pub(super) quickack: u32,
+    /// ACKs the pieces of a coalesced segment (`on_segment_gro`) would have drawn before
+    /// its last one, still to be sent, so the peer sees the ACKs it would have seen.
+    /// ACKs the pieces of a coalesced segment (`on_segment_gro`) would have drawn before
+    /// its last one, still to be sent (acknowledgment numbers, in order), so the peer sees
+    /// the ACKs it would have seen. At most [`MAX_OWED_ACKS`]; unallocated until a
+    /// coalesced segment arrives.
+    pub(super) owed_acks: std::collections::VecDeque<SeqNum>,
     pub(super) last_rcv_data: Instant,
 
     // Congestion control and loss recovery.
@@ -465,6 +476,7 @@ impl Tcb {
             ack_now: false,
             rcv_unacked_bytes: 0,
             quickack: QUICKACK_SEGMENTS,
+            owed_acks: std::collections::VecDeque::new(),
             last_rcv_data: now,
             cc,
             rtt,
