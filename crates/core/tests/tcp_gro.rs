@@ -354,3 +354,20 @@ fn a_description_that_does_not_fit_is_one_segment() {
     assert_eq!(ia.rcv_mss, ib.rcv_mss);
     same_answer(&b.take_all(), &a.take_all());
 }
+
+/// `tcp_gro_stretch_acks`: a coalesced in-order run draws one ACK of all of it, as with
+/// Linux's GRO, where the singles draw one per two full segments.
+#[test]
+fn stretch_acks_when_asked_for() {
+    let (mut a, mut b, peer) = twins(|s| s.gro_stretch_acks = true);
+    let warm = [G; 16];
+    singles(&mut a, &peer, PBASE, &warm);
+    merged(&mut b, &peer, PBASE, &warm);
+    let seq = PBASE + 16 * G as u32;
+    let pieces = [G; 45];
+    let many = singles(&mut a, &peer, seq, &pieces);
+    let one = merged(&mut b, &peer, seq, &pieces);
+    assert_eq!(many.len(), 22);
+    assert_eq!(one.len(), 1, "one stretch ACK");
+    assert_eq!(one[0].ack(), seq + 45 * G as u32);
+}

@@ -412,3 +412,52 @@ fn paced_bulk_transfer_over_a_rate_limited_link() {
     client.shutdown();
     server.shutdown();
 }
+
+/// Fair queueing switched off in the middle of a transfer over a rated link: frames still
+/// waiting in the fair queue leave before newer ones, so the connection's data frames
+/// reach the link in sequence order (no loss here, so no retransmission either).
+#[test]
+fn switching_fair_queueing_off_mid_transfer_keeps_order() {
+    const N: usize = 4 << 20;
+    let cfg = ImpairConfig {
+        rate_bps: Some(100_000_000),
+        ..ImpairConfig::default()
+    };
+    let (ea, eb) = mem_link(cfg.clone(), cfg, 13);
+    let rec = Recorder::new(ea);
+    let client = stack_on(Ipv4Addr::new(198, 18, 0, 1), rec.clone(), true);
+    let server = stack_on(Ipv4Addr::new(198, 18, 0, 2), eb, true);
+    let addr = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8005);
+    let l = TcpListener::bind(&server, addr).unwrap();
+    l.set_accept_timeout(Some(T)).unwrap();
+    let c = TcpStream::connect_timeout(&client, addr, T).unwrap();
+    let cport = c.local_addr().unwrap().port();
+    let (s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let data: Vec<u8> = (0..N).map(|i| (i * 11 % 251) as u8).collect();
+    let w = {
+        let data = data.clone();
+        let client = client.clone();
+        std::thread::spawn(move || {
+            (&c).write_all(&data[..N / 4]).unwrap();
+            client.set_param("ip_fq", "0").unwrap();
+            (&c).write_all(&data[N / 4..]).unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+            c
+        })
+    };
+    let mut got = Vec::new();
+    (&s).read_to_end(&mut got).unwrap();
+    let _c = w.join().unwrap();
+    assert!(got == data, "{} of {N} bytes, or different", got.len());
+    let mut last_end: Option<u32> = None;
+    for f in rec.log().iter().filter(|f| f.sport == cport && f.len > 0) {
+        if let Some(e) = last_end {
+            assert_eq!(f.seq, e, "a data frame out of sequence order: {f:?}");
+        }
+        last_end = Some(f.seq.wrapping_add(f.len as u32));
+    }
+    assert_eq!(counter(&client, "tcp:tcpRetransSegs"), 0);
+    client.shutdown();
+    server.shutdown();
+}

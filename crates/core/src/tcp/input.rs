@@ -887,7 +887,7 @@ impl Tcb {
                 // The peer's segment size: a merged segment's pieces, never its length.
                 let piece = if pieces.n > 1 { pieces.size } else { n };
                 self.rcv_mss = self.rcv_mss.max(piece.min(self.adv_mss));
-                if pieces.n > 1 {
+                if pieces.n > 1 && !self.set.gro_stretch_acks {
                     // The ACKs the pieces before the last would have drawn, owed to the
                     // peer; what the last piece draws is decided below as for any segment.
                     self.owe_in_order_acks(seq, seq.since(seg_seq), n, pieces);

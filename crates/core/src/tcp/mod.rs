@@ -260,6 +260,9 @@ pub struct TcpSettings {
     pub naglim: u32,
     /// PSH every this many new-data segments of a burst (0: only when the queue empties).
     pub push_segs: u32,
+    /// A coalesced run of in-order segments draws one ACK (Linux's GRO "stretch ACK")
+    /// instead of the ones its segments would have drawn (`tcp_gro_stretch_acks`).
+    pub gro_stretch_acks: bool,
     /// The largest payload of one large segment (LSO, `ip_lso_outbound`): 0 = off, one
     /// MSS per segment; otherwise [`LSO_MAX`]. A connection starts with large segments
     /// off: its owner turns them on with [`Tcb::set_lso_max`] (this value, or less per
@@ -306,6 +309,7 @@ impl TcpSettings {
             cork_interval: ms(p.tcp_cork_interval),
             naglim: p.tcp_naglim_def,
             push_segs: p.tcp_push_segs,
+            gro_stretch_acks: p.tcp_gro_stretch_acks,
             lso_max: if p.ip_lso_outbound { LSO_MAX } else { 0 },
             invalid_ratelimit: ms(p.tcp_invalid_ratelimit),
             reass_max_segs: p.tcp_reass_max_segs,

@@ -355,6 +355,7 @@ mod tests {
             Some(crate::dev::TxBacklog {
                 bytes: now.as_nanos() as usize,
                 rate_bps: 7,
+                capacity: 9,
             })
         }
         fn tso(&self) -> bool {

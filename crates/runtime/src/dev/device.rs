@@ -18,6 +18,8 @@ pub struct TxBacklog {
     pub bytes: usize,
     /// The rate at which that backlog drains, in bits per second.
     pub rate_bps: u64,
+    /// The most the device's queue holds before it drops (`usize::MAX`: not known).
+    pub capacity: usize,
 }
 
 /// A network device as the stack drives it.

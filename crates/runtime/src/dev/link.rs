@@ -100,6 +100,7 @@ pub(crate) fn wire_backlog(w: &Wire, now: Instant) -> Option<TxBacklog> {
     Some(TxBacklog {
         bytes: w.backlog(now),
         rate_bps: rate_bps.max(1),
+        capacity: w.config().queue_bytes,
     })
 }
 
@@ -127,7 +128,8 @@ mod tests {
             l.tx_backlog(ms(0), End::A),
             Some(TxBacklog {
                 bytes: 0,
-                rate_bps: 8_000_000
+                rate_bps: 8_000_000,
+                capacity: ImpairConfig::default().queue_bytes,
             })
         );
         l.send(ms(0), End::A, vec![0; 1000]);

@@ -682,9 +682,17 @@ pub fn feed_device(
             return None;
         }
         if let Some(b) = dev.tx_backlog(now) {
-            let limit = byte_queue_limit(b.rate_bps, max_frame);
+            // Never more than the device's queue can take with a full frame more (it
+            // would tail-drop what the fair queue should have held).
+            let limit = byte_queue_limit(b.rate_bps, max_frame)
+                .min(b.capacity.saturating_sub(max_frame))
+                .max(1);
             if b.bytes >= limit {
-                let excess = b.bytes - limit + 1;
+                // The backlog counts a frame until its last bit has left: wait for the
+                // excess and one whole frame more, so that one wake-up is enough (a
+                // wake at the excess alone can come before the frame in progress ends,
+                // and repeat until it does).
+                let excess = b.bytes - limit + 1 + max_frame;
                 return Some(now.saturating_add(pace_gap(excess, b.rate_bps)));
             }
         }
@@ -1144,6 +1152,7 @@ mod tests {
                 .map(|bytes| super::super::TxBacklog {
                     bytes,
                     rate_bps: 100_000_000,
+                    capacity: usize::MAX,
                 })
         }
     }
@@ -1169,8 +1178,9 @@ mod tests {
         );
         assert_eq!(dev.got.lock().unwrap().len(), 9);
         assert_eq!(credit, vec![(77, 1514); 9]);
-        // 13,626 bytes held: 1127 bytes over, 90.16 µs at 100 Mbit/s.
-        assert_eq!(next, Some(ms(0) + Duration::from_nanos(90_160)));
+        // 13,626 bytes held: 1127 bytes over; back when those and one whole frame more
+        // have gone (2641 bytes, 211.28 µs at 100 Mbit/s), so one wake-up is enough.
+        assert_eq!(next, Some(ms(0) + Duration::from_nanos(211_280)));
         // The device drained: the rest goes.
         *dev.backlog.lock().unwrap() = Some(0);
         let next = feed_device(&mut q, &dev, ms(1), &mut |_, _| {}, &mut no_drop);

@@ -645,6 +645,7 @@ impl StackInner {
             std::iter::from_fn(|| h.poll_tcp_upcall()).collect()
         };
         let n = self.squeues.len();
+        p.begin_batch();
         for u in ups {
             match u {
                 TcpUpcall::Segment {
@@ -701,6 +702,7 @@ impl StackInner {
                 }
             }
         }
+        p.end_batch(self, now);
     }
 
     /// A segment for a connection on squeue `sq`: enter it (inline when idle and the

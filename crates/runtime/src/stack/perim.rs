@@ -211,6 +211,10 @@ pub(crate) struct Perim {
     tsq_ready: Vec<Key>,
     /// `tsq_ready` is being flushed (a flush it causes does not start another round).
     tsq_running: bool,
+    /// A device batch is being taken in (`begin_batch`): connections flush at its end.
+    batching: bool,
+    /// Connections the batch touched, to flush at its end.
+    touched: Vec<Key>,
     /// Squeue 0 runs the IP layer's own timers (ARP, reassembly): this is the IP
     /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
     /// reading it never touches the stack's reference count.
@@ -238,6 +242,8 @@ impl Perim {
             tx_gen: u64::MAX,
             tsq_ready: Vec::new(),
             tsq_running: false,
+            batching: false,
+            touched: Vec::new(),
             host_deadline: None,
         }
     }
@@ -343,7 +349,35 @@ impl Perim {
                 c.tcb.on_segment(now, repr, payload);
             }
         }
+        if self.batching {
+            // A device batch is being taken in: the connection sends once all of the
+            // batch's segments for it are in (a run of ACKs opens the window once, and
+            // the data that follows goes as one large segment, not one per ACK).
+            if !self.touched.contains(&key) {
+                self.touched.push(key);
+            }
+            return;
+        }
         self.flush(st, now, key);
+    }
+
+    /// Starts taking in one device batch: connections flush at `end_batch`.
+    pub fn begin_batch(&mut self) {
+        self.batching = true;
+    }
+
+    /// Ends a device batch: every connection it touched sends what it has.
+    pub fn end_batch(&mut self, st: &StackInner, now: Instant) {
+        self.batching = false;
+        let keys = std::mem::take(&mut self.touched);
+        for &k in &keys {
+            self.flush(st, now, k);
+        }
+        let mut keys = keys;
+        keys.clear();
+        if self.touched.is_empty() {
+            self.touched = keys;
+        }
     }
 
     /// RFC 9293 §3.10.7.1 (CLOSED) as the classifier answers: ACK → RST, RST or URG →
@@ -1427,6 +1461,7 @@ impl Perimeter for Perim {
     }
 
     fn leave(&mut self) {
+        self.tx.flush_batches();
         for d in self.tx_dirty.drain(..) {
             d.flush();
         }

@@ -153,6 +153,10 @@ pub(crate) struct TxQueues {
     pub cfg: TxConfig,
     pieces: Vec<Vec<u8>>,
     dropped: Vec<QItem>,
+    /// Frames for devices without a queue of their own, gathered until the squeue leaves
+    /// (`flush_batches`): one `transmit_batch` per device per squeue entry, so a run of
+    /// ACKs or GSO pieces costs the device one lock and the peer one wake-up.
+    batches: Vec<(Arc<dyn Device>, Vec<Vec<u8>>)>,
     /// The flow-hash seed (per stack, so flows cannot be steered into one bucket).
     seed: u64,
 }
@@ -177,6 +181,7 @@ impl TxQueues {
             cfg,
             pieces: Vec::new(),
             dropped: Vec::new(),
+            batches: Vec::new(),
             seed,
         }
     }
@@ -252,24 +257,24 @@ impl TxQueues {
         };
         let qi = self.qs.iter().position(|q| Arc::ptr_eq(&q.dev, dev));
         let queued_before = qi.is_some_and(|i| !self.qs[i].fq.is_empty());
-        let Some(b) = backlog else {
-            if !queued_before {
-                // No queue ember can see and nothing waiting here: straight to the device.
-                self.stats.direct += self.pieces.len() as u64;
-                dev.transmit_batch(&mut self.pieces);
-                return None;
-            }
-            // Fair queueing was just switched off, or the device lost its rate: what
-            // waits goes first, in order.
-            let i = qi.unwrap_or(0);
-            self.run(now, i, credit);
+        if backlog.is_none() && !queued_before {
+            // No queue ember can see and nothing waiting here: to the device when the
+            // squeue leaves, with the rest of this entry's frames for it.
             self.stats.direct += self.pieces.len() as u64;
-            dev.transmit_batch(&mut self.pieces);
+            self.batch(dev);
             return None;
-        };
+        }
+        // Frames still waiting here (fair queueing was just switched off, or the device
+        // lost its rate) keep these behind them, so a flow never overtakes itself; the
+        // queue drains as the device takes frames, then frames go direct again.
         let i = match qi {
             Some(i) => i,
             None => {
+                let Some(b) = backlog else {
+                    // (Not reached: no queue means nothing waited.)
+                    self.batch(dev);
+                    return None;
+                };
                 self.qs.push(TxQ {
                     dev: dev.clone(),
                     fq: Fq::new(link_config(&self.cfg.fq_cfg, b.rate_bps, mtu)),
@@ -279,6 +284,7 @@ impl TxQueues {
                 self.qs.len() - 1
             }
         };
+        let rate = backlog.map_or(self.qs[i].rate_bps, |b| b.rate_bps);
         let mut dropped = std::mem::take(&mut self.dropped);
         {
             let q = &mut self.qs[i];
@@ -299,7 +305,27 @@ impl TxQueues {
         }
         self.dropped = dropped;
         self.run(now, i, credit);
-        Some(b.rate_bps)
+        Some(rate)
+    }
+
+    /// Adds `pieces` to `dev`'s batch.
+    fn batch(&mut self, dev: &Arc<dyn Device>) {
+        match self.batches.iter_mut().find(|(d, _)| Arc::ptr_eq(d, dev)) {
+            Some((_, b)) => b.append(&mut self.pieces),
+            None => {
+                let b = std::mem::take(&mut self.pieces);
+                self.batches.push((dev.clone(), b));
+            }
+        }
+    }
+
+    /// Hands every gathered batch to its device (the squeue is leaving).
+    pub fn flush_batches(&mut self) {
+        for (dev, b) in &mut self.batches {
+            if !b.is_empty() {
+                dev.transmit_batch(b);
+            }
+        }
     }
 
     /// Moves frames from queue `i` to its device while the device has room.
