@@ -146,6 +146,9 @@ pub(crate) fn bytes_in(rate_bps: u64, d: Duration) -> u64 {
     u64::try_from(b).unwrap_or(u64::MAX)
 }
 
+/// Frames gathered for one device.
+type DeviceBatch = (Arc<dyn Device>, Vec<Vec<u8>>);
+
 /// The transmit side of one squeue.
 pub(crate) struct TxQueues {
     qs: Vec<TxQ>,
@@ -156,7 +159,7 @@ pub(crate) struct TxQueues {
     /// Frames for devices without a queue of their own, gathered until the squeue leaves
     /// (`flush_batches`): one `transmit_batch` per device per squeue entry, so a run of
     /// ACKs or GSO pieces costs the device one lock and the peer one wake-up.
-    batches: Vec<(Arc<dyn Device>, Vec<Vec<u8>>)>,
+    batches: Vec<DeviceBatch>,
     /// The flow-hash seed (per stack, so flows cannot be steered into one bucket).
     seed: u64,
 }
