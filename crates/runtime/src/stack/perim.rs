@@ -538,6 +538,9 @@ impl Perim {
                 c.hop = Some(h);
             }
         }
+        // What this flush sent to devices without a queue of their own leaves now, as one
+        // batch per device (its GSO pieces, its ACKs).
+        self.tx.flush_batches();
         if let Some(c) = self.conns.get_mut(key) {
             if c.tcb.take_tx_quota_blocked() {
                 self.tx.stats.tsq_throttles += 1;

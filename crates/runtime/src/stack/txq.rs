@@ -156,9 +156,10 @@ pub(crate) struct TxQueues {
     pub cfg: TxConfig,
     pieces: Vec<Vec<u8>>,
     dropped: Vec<QItem>,
-    /// Frames for devices without a queue of their own, gathered until the squeue leaves
-    /// (`flush_batches`): one `transmit_batch` per device per squeue entry, so a run of
-    /// ACKs or GSO pieces costs the device one lock and the peer one wake-up.
+    /// Frames for devices without a queue of their own, gathered until the connection's
+    /// flush ends (or the squeue leaves, for frames sent outside a flush): one
+    /// `transmit_batch` per device per flush, so a run of ACKs or GSO pieces costs the
+    /// device one lock and the peer one wake-up.
     batches: Vec<DeviceBatch>,
     /// The flow-hash seed (per stack, so flows cannot be steered into one bucket).
     seed: u64,
@@ -261,8 +262,8 @@ impl TxQueues {
         let qi = self.qs.iter().position(|q| Arc::ptr_eq(&q.dev, dev));
         let queued_before = qi.is_some_and(|i| !self.qs[i].fq.is_empty());
         if backlog.is_none() && !queued_before {
-            // No queue ember can see and nothing waiting here: to the device when the
-            // squeue leaves, with the rest of this entry's frames for it.
+            // No queue ember can see and nothing waiting here: to the device at the end
+            // of this flush, with the rest of its frames for it.
             self.stats.direct += self.pieces.len() as u64;
             self.batch(dev);
             return None;
@@ -322,7 +323,7 @@ impl TxQueues {
         }
     }
 
-    /// Hands every gathered batch to its device (the squeue is leaving).
+    /// Hands every gathered batch to its device (a flush ended, or the squeue leaves).
     pub fn flush_batches(&mut self) {
         for (dev, b) in &mut self.batches {
             if !b.is_empty() {
