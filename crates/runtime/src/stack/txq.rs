@@ -3,9 +3,11 @@
 //! counts.
 //!
 //! # Design
-//! A squeue transmits on its own device queue (queue `i` for squeue `i`), so the state in
-//! front of each device queue is the squeue's own and needs no lock: one [`TxQueues`]
-//! per squeue, one [`TxQ`] per device it has sent on.
+//! A squeue transmits on device queue `i mod queues`; the state in front of each device
+//! queue it sends on is the squeue's own and needs no lock: one [`TxQueues`] per squeue,
+//! one [`TxQ`] per device it has sent on. (Several squeues on a single-queue device each
+//! have their own fair queue feeding the one device FIFO: fairness holds within a
+//! squeue, and the device limit can be passed by a frame per squeue.)
 //!
 //! * **GSO.** TCP hands over segments of up to 64 KiB (`ip_lso_outbound`) without a TCP
 //!   checksum. A device that segments itself ([`Device::tso`]: TAP with the virtio-net
@@ -30,10 +32,12 @@
 //!   while that stays under about 1 ms at the link rate or two of its segments
 //!   (`tcp_tsq_us`), so a bulk sender keeps its backlog in its own send buffer, not in
 //!   front of everyone else's packets. Credit returns when a frame leaves for the device
-//!   or is dropped; a connection that TCP held back is then flushed again.
+//!   or is dropped; a connection that TCP held back is flushed again once all of its
+//!   credit is back.
 //! * The IP layer's own frames (ARP, ICMP, UDP) do not enter the fair queue: they go to
-//!   the device at once and wait at most behind the device's short queue (seed 003: a
-//!   bulk transfer must not hold a ping back).
+//!   the device at once and wait at most behind the ~1 ms of TCP the device holds (seed
+//!   003: a bulk transfer must not hold a ping back). UDP does not go through the squeues,
+//!   so nothing here holds a UDP bulk sender back.
 //! * A FIN is never held here: it rides on the last piece of its segment or goes alone,
 //!   and leaves as soon as the data ahead of it in its own flow has (seed 001).
 
