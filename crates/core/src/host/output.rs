@@ -16,7 +16,8 @@ use crate::time::Instant;
 use crate::udp::{UdpEndpoint, DEFAULT_RCVBUF, MAX_PAYLOAD};
 use crate::wire::{
     ethertype, icmp_type, ip_proto, ArpOp, ArpRepr, EthernetRepr, Icmpv4Repr, Ipv4Repr, MacAddr,
-    UdpRepr, ARP_LEN, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, UDP_HEADER_LEN,
+    TcpRepr, UdpRepr, ARP_LEN, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, TCP_HEADER_LEN,
+    UDP_HEADER_LEN,
 };
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -76,6 +77,23 @@ impl Host {
         )
     }
 
+    /// [`Host::send_datagram`] for a TCP segment built outside this host (the runtime's
+    /// squeues) that may be large (`gso` > 0, LSO): as `ip_output_gso`, after ARP it is
+    /// split into pieces of `gso` payload bytes (or handed whole to a TSO interface), and
+    /// its TCP checksum, which a large segment arrives without, is filled where it is cut.
+    pub fn send_tcp_gso(&mut self, now: Instant, frame: Vec<u8>, gso: u16) -> io::Result<()> {
+        if frame.len() < HEADROOM + IPV4_HEADER_LEN {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        let ihl = usize::from(frame[HEADROOM] & 0x0f) * 4;
+        let doff = frame
+            .get(HEADROOM + ihl + 12)
+            .map_or(0, |b| usize::from(b >> 4) * 4);
+        let r = self.ip_output_gso(now, frame, gso, ihl + doff);
+        self.run_loopback(now);
+        r
+    }
+
     /// Routes and sends a frame whose IP packet (after the headroom) is complete.
     /// Fragments it if it exceeds the route MTU and DF is clear.
     pub(crate) fn ip_output(&mut self, now: Instant, frame: Vec<u8>) -> io::Result<()> {
@@ -102,6 +120,10 @@ impl Host {
             if self.lo.len() >= MAX_LOOPBACK_QUEUE {
                 self.stats.ip.out_discards += 1;
                 return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if gso > 0 {
+                // Not cut: its checksum is filled here, once.
+                fill_tcp_checksum(&mut frame);
             }
             frame.drain(..HEADROOM);
             self.lo.push_back(frame);
@@ -226,6 +248,11 @@ impl Host {
             .copied()
             .unwrap_or(false);
         if gso == 0 || tso {
+            if gso > 0 {
+                // A large segment arrives without its TCP checksum (it is filled where the
+                // segment is cut); whole, it is filled here.
+                fill_tcp_checksum(&mut frame);
+            }
             self.push_tx(iface, frame, gso);
             return;
         }
@@ -556,5 +583,24 @@ impl Host {
         if let Some(s) = self.udp.remove(id.0) {
             self.udp_by_addr.remove(&s.local);
         }
+    }
+}
+
+/// Fills the TCP checksum of a frame (Ethernet headroom, IPv4 header, TCP segment) that
+/// left TCP without one (a large segment, see `Host::ip_output_gso`). Frames that are not
+/// TCP over IPv4 are left as they are.
+fn fill_tcp_checksum(frame: &mut [u8]) {
+    let Ok((ip, _)) = Ipv4Repr::parse(&frame[HEADROOM.min(frame.len())..], false) else {
+        return;
+    };
+    let ihl = usize::from(frame[HEADROOM] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([
+        frame[HEADROOM + 2],
+        frame[HEADROOM + 3],
+    ]));
+    let end = (HEADROOM + total).min(frame.len());
+    let start = HEADROOM + ihl;
+    if ip.protocol == ip_proto::TCP && end >= start + TCP_HEADER_LEN {
+        TcpRepr::fill_checksum(&mut frame[start..end], ip.src, ip.dst);
     }
 }

@@ -320,7 +320,10 @@ impl Host {
             let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
             out.repr.emit_header(&mut t[..hl]);
             out.copy_payload(&mut t[hl..]);
-            TcpRepr::fill_checksum(t, *local.ip(), *remote.ip());
+            if gso == 0 {
+                // A large segment's checksum is filled where it is cut (`send_framed`).
+                TcpRepr::fill_checksum(t, *local.ip(), *remote.ip());
+            }
             if gso > 0 {
                 // The pieces take the identifications after this one (`gso_split`).
                 let pieces = (tcp_len - hl).div_ceil(usize::from(gso));

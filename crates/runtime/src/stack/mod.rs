@@ -557,11 +557,11 @@ impl StackInner {
         }
     }
 
-    /// Hands a datagram (with Ethernet headroom) to the IP layer, then sends the frames
-    /// it produced.
-    pub(crate) fn send_via_host(&self, now: Instant, frame: Vec<u8>) {
+    /// Hands a TCP datagram (with Ethernet headroom; `gso` > 0 for a large segment) to the
+    /// IP layer, then sends the frames it produced.
+    pub(crate) fn send_via_host(&self, now: Instant, frame: Vec<u8>, gso: u16) {
         let mut h = self.host();
-        let _ = h.send_datagram(now, frame);
+        let _ = h.send_tcp_gso(now, frame, gso);
         self.drain_host_tx(&mut h);
         self.publish_host_deadline(&h);
     }

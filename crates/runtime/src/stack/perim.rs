@@ -726,22 +726,8 @@ impl Perim {
             }
         }
         // No next hop cached (the first segments, or after negative advice): the IP
-        // layer resolves it. It sends MTU-sized datagrams only, so a large segment is
-        // split here first.
-        if tx.gso > 0 {
-            let mut pieces = Vec::new();
-            if ember_core::ip::gso::gso_split(&f, usize::from(tx.gso), &mut pieces).is_ok() {
-                self.tx.stats.gso_splits += 1;
-                self.tx.stats.gso_segs += pieces.len() as u64;
-                for p in pieces {
-                    st.send_via_host(now, p);
-                }
-            } else {
-                self.tx.stats.gso_errors += 1;
-            }
-        } else {
-            st.send_via_host(now, f);
-        }
+        // layer resolves it, and cuts a large segment after ARP as it does its own.
+        st.send_via_host(now, f, tx.gso);
         st.next_hop(now, *remote.ip())
     }
 
