@@ -219,10 +219,10 @@ impl TxQueues {
     }
 
     /// Sends `f` on `dev`: split if needed, then straight to the device or through its
-    /// fair queue. `credit(owner, delta)` is called with `+len` for every owned frame
-    /// that enters a fair queue and `-len` for every one that leaves it (for the device,
-    /// or dropped). Returns the device queue's rate if the frames went through a fair
-    /// queue.
+    /// fair queue. `credit(owner, delta)` is called with `+len` for every frame that
+    /// enters a fair queue and `-len` for every one that leaves it (for the device, or
+    /// dropped); owner 0 (no connection) is the callee's to ignore. Returns the device
+    /// queue's rate if the frames went through a fair queue.
     pub fn send(
         &mut self,
         now: Instant,
@@ -298,18 +298,14 @@ impl TxQueues {
             let q = &mut self.qs[i];
             for p in self.pieces.drain(..) {
                 let flow = frame_flow(&p, self.seed);
-                if f.owner != 0 {
-                    credit(f.owner, p.len() as isize);
-                }
+                credit(f.owner, p.len() as isize);
                 q.fq.enqueue(now, flow, p, f.owner, f.pace_bps, &mut |it: QItem| {
                     dropped.push(it)
                 });
             }
         }
         for it in dropped.drain(..) {
-            if it.owner != 0 {
-                credit(it.owner, -(it.frame.len() as isize));
-            }
+            credit(it.owner, -(it.frame.len() as isize));
         }
         self.dropped = dropped;
         self.run(now, i, credit);
@@ -347,9 +343,7 @@ impl TxQueues {
             &*q.dev,
             now,
             &mut |owner, len| {
-                if owner != 0 {
-                    credit(owner, -(len as isize));
-                }
+                credit(owner, -(len as isize));
             },
             &mut |it: QItem| dropped.push(it),
         );
@@ -357,9 +351,7 @@ impl TxQueues {
             self.stats.dev_queue_waits += 1;
         }
         for it in dropped.drain(..) {
-            if it.owner != 0 {
-                credit(it.owner, -(it.frame.len() as isize));
-            }
+            credit(it.owner, -(it.frame.len() as isize));
         }
         self.dropped = dropped;
     }
