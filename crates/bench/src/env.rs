@@ -139,6 +139,9 @@ pub struct Env {
     tap_side: Option<TapSide>,
     addr: SocketAddrV4,
     unix_path: Option<PathBuf>,
+    /// The ember stacks' control sockets (`ember ls`, `ndd`, `kstat`, `netstat` reach a
+    /// bench while it runs).
+    _controls: Vec<ember_runtime::control::ControlServer>,
 }
 
 fn stack_builder(cfg: &EnvConfig, fusion: bool) -> io::Result<ember_runtime::StackBuilder> {
@@ -173,6 +176,7 @@ impl Env {
             tap_side: None,
             addr: lo,
             unix_path: None,
+            _controls: Vec::new(),
         };
         match variant {
             Variant::EmberFused | Variant::EmberLoopback => {
@@ -236,6 +240,18 @@ impl Env {
                 ));
             }
         }
+        // Best effort: a bench runs the same without (e.g. no writable control directory).
+        let mut stacks: Vec<&Stack> = env.server.iter().collect();
+        if let Some(c) = &env.client {
+            if env.server.as_ref().is_none_or(|s| !s.same_stack(c)) {
+                stacks.push(c);
+            }
+        }
+        let controls = stacks
+            .into_iter()
+            .filter_map(|s| s.serve_control().ok())
+            .collect();
+        env._controls = controls;
         Ok(env)
     }
 

@@ -59,7 +59,11 @@ pub fn main(a: BenchArgs) -> ExitCode {
             Some(v)
         }
     };
-    let mut params = Vec::new();
+    // EMBER_<NAME> environment settings first, the command line's --param after them.
+    let mut params: Vec<(String, String)> = ember_core::Params::env_settings(std::env::vars())
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     for p in &a.params {
         match p.split_once('=') {
             Some((k, v)) => params.push((k.trim().to_string(), v.trim().to_string())),

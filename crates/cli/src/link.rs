@@ -5,6 +5,7 @@
 
 use clap::Args;
 use ember_core::wire::MacAddr;
+use ember_runtime::control::ControlServer;
 use ember_runtime::dev::capture::{Capture, CaptureOptions};
 use ember_runtime::dev::{
     AfPacket, AfPacketConfig, Device, ImpairConfig, Impaired, Tap, TapConfig,
@@ -90,6 +91,10 @@ impl LinkArgs {
     /// command line's `--param` wins.
     pub fn check(&self, extra_params: Vec<(String, String)>) -> Result<Link, String> {
         let mut params = extra_params;
+        // Then the environment's EMBER_<NAME> settings, then the command line.
+        for (k, v) in ember_core::Params::env_settings(std::env::vars()) {
+            params.push((k.to_string(), v));
+        }
         for p in &self.params {
             let (k, v) = p
                 .split_once('=')
@@ -269,6 +274,8 @@ pub struct Running {
     pub tap: Option<Tap>,
     pub afpacket: Option<AfPacket>,
     pub captures: Vec<Arc<Capture>>,
+    /// The stack's control socket (`ember ndd`, `kstat`, `netstat`), if it could be made.
+    pub control: Option<ControlServer>,
 }
 
 impl Running {
@@ -402,7 +409,15 @@ pub fn start(l: &Link) -> Result<Running, String> {
         b = b.route(Ipv4Addr::UNSPECIFIED, 0, Some(g));
     }
     let stack = Arc::new(b.build().map_err(|e| format!("stack: {e}"))?);
+    let control = match stack.serve_control() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "no control socket: ember ndd/kstat/netstat cannot reach this stack");
+            None
+        }
+    };
     Ok(Running {
+        control,
         stack,
         describe: format!(
             "{}/{} on {describe}, {} squeues",

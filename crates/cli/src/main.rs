@@ -7,12 +7,13 @@
 //!   discard, chargen, HTTP/1.1 and iperf3 to the kernel's tools.
 //! * `ember client` — ember's HTTP and bulk clients on a real link.
 //! * `ember conformance packetdrill` — the packetdrill corpus against ember, scored.
-//! * `ember ndd` — list the tunables with their defaults, ranges and meanings, or check
-//!   a setting.
+//! * `ember ndd`, `ember kstat`, `ember netstat`, `ember ls` — tunables, counters and
+//!   connections of running stacks, through their control sockets (`ctl.rs`).
 
 mod bench;
 mod client;
 mod conformance;
+mod ctl;
 mod link;
 mod serve;
 mod sim;
@@ -47,11 +48,15 @@ enum Cmd {
         #[command(subcommand)]
         suite: Suite,
     },
-    /// List tunables (ndd-style), or validate NAME=VALUE settings.
-    Ndd {
-        /// Show only this tunable, or check NAME=VALUE.
-        names: Vec<String>,
-    },
+    /// Tunables of a running stack: `ndd -list`, `ndd NAME`, `ndd -set NAME VALUE`; without
+    /// a running stack the defaults; `ndd NAME=VALUE...` checks settings.
+    Ndd(ctl::NddArgs),
+    /// Counters of a running stack (kstat-style `module:name value`).
+    Kstat(ctl::KstatArgs),
+    /// Listeners and connections of a running stack, with squeue and fusion.
+    Netstat(ctl::NetstatArgs),
+    /// The running ember stacks (their control sockets).
+    Ls,
 }
 
 #[derive(Subcommand)]
@@ -70,36 +75,9 @@ fn main() -> ExitCode {
         Cmd::Conformance {
             suite: Suite::Packetdrill(a),
         } => conformance::main(a),
-        Cmd::Ndd { names } => ndd(&names),
+        Cmd::Ndd(a) => ctl::ndd(a),
+        Cmd::Kstat(a) => ctl::kstat(a),
+        Cmd::Netstat(a) => ctl::netstat(a),
+        Cmd::Ls => ctl::ls(),
     }
-}
-
-fn ndd(names: &[String]) -> ExitCode {
-    let mut p = ember_core::Params::default();
-    for n in names {
-        if let Some((k, v)) = n.split_once('=') {
-            if let Err(e) = p.set(k, v) {
-                eprintln!("ember ndd: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let only: Vec<&str> = names
-        .iter()
-        .map(|n| n.split('=').next().unwrap_or(""))
-        .collect();
-    for i in p.describe() {
-        if !only.is_empty() && !only.contains(&i.name) {
-            continue;
-        }
-        println!(
-            "{:<30} {:>12} (default {}, {} {}) {}",
-            i.name, i.value, i.default, i.range, i.unit, i.description
-        );
-    }
-    if !only.is_empty() && !only.iter().all(|n| ember_core::Params::NAMES.contains(n)) {
-        eprintln!("ember ndd: unknown tunable");
-        return ExitCode::from(2);
-    }
-    ExitCode::SUCCESS
 }

@@ -223,6 +223,13 @@ fn run(s: Settings, sigs: libc::sigset_t) -> Result<(), String> {
         running.describe,
         serving.join(", ")
     );
+    if let Some(c) = &running.control {
+        println!(
+            "control socket {} (stack {}: ember ndd, ember kstat, ember netstat)",
+            c.path().display(),
+            c.id()
+        );
+    }
     println!("ready");
     use std::io::Write;
     let _ = std::io::stdout().flush();

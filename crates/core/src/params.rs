@@ -29,7 +29,14 @@ pub enum ParamError {
 impl fmt::Display for ParamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ParamError::Unknown(n) => write!(f, "unknown tunable '{n}'"),
+            ParamError::Unknown(n) => {
+                write!(f, "unknown tunable '{n}'")?;
+                let near = Params::nearest(n);
+                if !near.is_empty() {
+                    write!(f, "; nearest: {}", near.join(", "))?;
+                }
+                Ok(())
+            }
             ParamError::Invalid { name, message } => write!(f, "{name}: {message}"),
         }
     }
@@ -327,6 +334,74 @@ impl Params {
     }
 }
 
+/// Edit distance (Levenshtein) between two names, in bytes.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+impl Params {
+    /// The settings that environment variables `EMBER_<NAME>` make (`NAME` a tunable's
+    /// name in upper case, e.g. `EMBER_TCP_XMIT_HIWAT=262144`), from `vars` as the
+    /// process environment lists them (the core reads no environment itself). Variables
+    /// whose name is no tunable (`EMBER_LOG`, `EMBER_CONTROL_DIR`) are not settings and
+    /// are left out. Values are not checked here: apply them with [`Params::set_many`].
+    pub fn env_settings<I, K, V>(vars: I) -> Vec<(&'static str, String)>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut v = Vec::new();
+        for (k, val) in vars {
+            let Some(rest) = k.as_ref().strip_prefix("EMBER_") else {
+                continue;
+            };
+            if let Some(&name) = Params::NAMES.iter().find(|n| {
+                n.eq_ignore_ascii_case(rest) && rest.bytes().all(|b| !b.is_ascii_lowercase())
+            }) {
+                v.push((name, val.as_ref().to_string()));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    /// The tunables whose names are closest to `name` (for "did you mean"): at most
+    /// three, each within a third of the name's length in edits or containing it.
+    pub fn nearest(name: &str) -> Vec<&'static str> {
+        let name = name.trim().to_ascii_lowercase();
+        if name.is_empty() || name.len() > 64 {
+            return Vec::new();
+        }
+        let limit = (name.len() / 3).max(2);
+        let mut v: Vec<(usize, &'static str)> = Params::NAMES
+            .iter()
+            .filter_map(|&n| {
+                let d = edit_distance(&name, n);
+                if d <= limit {
+                    Some((d, n))
+                } else if name.len() >= 4 && n.contains(name.as_str()) {
+                    Some((limit + 1, n))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        v.sort();
+        v.into_iter().take(3).map(|(_, n)| n).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +480,40 @@ mod tests {
             q.set(name, &info.default).unwrap();
             assert_eq!(q, p);
         }
+    }
+
+    #[test]
+    fn unknown_names_get_the_nearest_ones() {
+        let e = Params::default().set("tcp_xmit_hiwatt", "1").unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("unknown tunable 'tcp_xmit_hiwatt'"), "{m}");
+        assert!(m.contains("nearest: tcp_xmit_hiwat"), "{m}");
+        assert_eq!(Params::nearest("fusion")[..1], ["do_tcp_fusion"]);
+        assert!(Params::nearest("zzzzzzzzzzzzzzzzzzzzzzz").is_empty());
+        assert!(Params::nearest(&"x".repeat(10_000)).is_empty());
+    }
+
+    #[test]
+    fn environment_variables_name_tunables_in_upper_case() {
+        let vars = [
+            ("EMBER_TCP_XMIT_HIWAT", "262144"),
+            ("EMBER_LOG", "debug"),
+            ("EMBER_tcp_recv_hiwat", "1"),
+            ("HOME", "/root"),
+            ("EMBER_DO_TCP_FUSION", "0"),
+        ];
+        let s = Params::env_settings(vars);
+        assert_eq!(
+            s,
+            vec![
+                ("do_tcp_fusion", "0".to_string()),
+                ("tcp_xmit_hiwat", "262144".to_string())
+            ]
+        );
+        let mut p = Params::default();
+        let pairs: Vec<(&str, &str)> = s.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        p.set_many(&pairs).unwrap();
+        assert_eq!(p.tcp_xmit_hiwat, 262_144);
+        assert!(!p.do_tcp_fusion);
     }
 }

@@ -24,6 +24,8 @@
 #[cfg(not(loom))]
 pub mod classifier;
 pub mod clock;
+#[cfg(not(loom))]
+pub mod control;
 pub mod dev;
 pub mod socket;
 pub mod squeue;

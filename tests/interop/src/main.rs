@@ -36,6 +36,8 @@ const KERNEL1: &str = "198.18.1.1";
 struct Ctx {
     /// The address `ember serve` has in the current phase.
     server: &'static str,
+    /// The control socket of the running `ember serve`, if it printed one.
+    control: Option<String>,
     ember: PathBuf,
     ns: NetNs,
     dir: PathBuf,
@@ -47,6 +49,8 @@ struct Serve {
     /// `None` once `stop` took care of the process.
     child: Option<Child>,
     stderr: mpsc::Receiver<String>,
+    /// The control socket path serve printed.
+    control: Option<String>,
 }
 
 impl Drop for Serve {
@@ -150,10 +154,15 @@ impl Ctx {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut control = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(l) if l == "ready" => break,
+                Ok(l) if l.starts_with("control socket ") => {
+                    control = l.split_whitespace().nth(2).map(String::from);
+                    eprintln!("   serve: {l}");
+                }
                 Ok(l) => eprintln!("   serve: {l}"),
                 Err(_) => {
                     let _ = child.kill();
@@ -171,6 +180,7 @@ impl Ctx {
         Ok(Serve {
             child: Some(child),
             stderr: erx,
+            control,
         })
     }
 
@@ -336,6 +346,106 @@ fn closed_port(c: &mut Ctx) -> Result<Value, String> {
         return Err(format!("refused only after {ms:.0} ms"));
     }
     Ok(json!({"refused_ms": ms}))
+}
+
+/// The administrator's commands against the running `ember serve`, through its control
+/// socket, while wrk keeps 40 connections busy: `ember ls` lists it, `ember netstat` shows
+/// the connections spread over both squeues, `ember kstat tcp` counts them, and
+/// `ember ndd -set` changes a tunable that `ember ndd` then reads back.
+fn observe(c: &mut Ctx) -> Result<Value, String> {
+    let path = c
+        .control
+        .clone()
+        .ok_or("ember serve printed no control socket")?;
+    let srv = c.server;
+    let mut wrk =
+        c.ns.command("wrk")
+            .args([
+                "-t2",
+                "-c40",
+                "-d4s",
+                "--timeout",
+                "5s",
+                &format!("http://{srv}/bytes/1024"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("wrk: {e}"))?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let ember = |args: &[&str]| -> Result<String, String> {
+        let o = run_bounded(Command::new(&c.ember).args(args), Duration::from_secs(20))
+            .map_err(|e| format!("ember {}: {e}", args.join(" ")))?;
+        if !o.status.success() {
+            return Err(format!(
+                "ember {} exited {}: {}",
+                args.join(" "),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).to_string())
+    };
+    let ls = ember(&["ls"]);
+    let netstat = ember(&["netstat", "--stack", &path]);
+    let kstat = ember(&["kstat", "--stack", &path, "tcp"]);
+    let set = ember(&["ndd", "--stack", &path, "-set", "tcp_xmit_hiwat", "262144"]);
+    let get = ember(&["ndd", "--stack", &path, "tcp_xmit_hiwat"]);
+    let reset = ember(&["ndd", "--stack", &path, "-set", "tcp_xmit_hiwat", "128000"]);
+    let t = Instant::now();
+    while wrk.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if t.elapsed() > Duration::from_secs(30) {
+            let _ = wrk.kill();
+            let _ = wrk.wait();
+            return Err("wrk did not finish in 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ls, netstat, kstat, set, get) = (ls?, netstat?, kstat?, set?, get?);
+    reset?;
+    let id = Path::new(&path)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_string();
+    if !ls.lines().any(|l| l.starts_with(&id)) {
+        return Err(format!("ember ls does not list {id}:\n{ls}"));
+    }
+    let estab: Vec<&str> = netstat
+        .lines()
+        .filter(|l| l.contains("ESTABLISHED") && l.contains(&format!("{srv}:80")))
+        .collect();
+    let mut squeues: Vec<String> = estab
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(3).map(String::from))
+        .collect();
+    squeues.sort();
+    squeues.dedup();
+    eprintln!(
+        "   netstat (head):\n{}",
+        netstat.lines().take(6).collect::<Vec<_>>().join("\n")
+    );
+    if estab.len() < 20 {
+        return Err(format!(
+            "netstat lists {} established HTTP connections during wrk -c40:\n{netstat}",
+            estab.len()
+        ));
+    }
+    if squeues.len() < 2 {
+        return Err(format!("the connections sit on squeues {squeues:?} only"));
+    }
+    let curr: u64 = kstat
+        .lines()
+        .find_map(|l| l.strip_prefix("tcp:tcpCurrEstab "))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no tcp:tcpCurrEstab in:\n{kstat}"))?;
+    if curr == 0 {
+        return Err("kstat tcp:tcpCurrEstab is 0 during wrk".into());
+    }
+    if set.trim() != "tcp_xmit_hiwat 262144" || get.trim() != "262144" {
+        return Err(format!("ndd -set answered {set:?}, ndd read back {get:?}"));
+    }
+    Ok(json!({"established": estab.len(), "squeues": squeues, "curr_estab": curr}))
 }
 
 fn wrk(c: &mut Ctx) -> Result<Value, String> {
@@ -746,6 +856,7 @@ fn main() {
     let _ = std::fs::create_dir_all(dir.join("www"));
     let mut c = Ctx {
         server: SERVE,
+        control: None,
         ember,
         ns,
         dir: dir.clone(),
@@ -833,6 +944,8 @@ fn run_all(c: &mut Ctx) -> Result<(), String> {
     });
     c.step("curl to a closed port: refused", closed_port);
     c.step("wrk -t2 -c50 -d5s", wrk);
+    c.control = s.control.clone();
+    c.step("ember ls, netstat, kstat, ndd -set during wrk", observe);
     c.step("nc 20 MB to discard", |c| discard(c, 20));
     c.step("socat 20 MB through echo (half-close)", |c| echo(c, 20));
     c.step("iperf3 -c (offload off)", |c| iperf3(c, ""));

@@ -1,0 +1,657 @@
+//! The control socket: `ndd`, `kstat` and `netstat` for a running stack.
+//!
+//! # Design
+//! A stack that should be reachable from outside its process serves a Unix stream socket
+//! ([`ControlServer::start`], or [`Stack::serve_control`]). The socket lives in a
+//! directory of the stack's user ([`control_dir`]: `$EMBER_CONTROL_DIR`, else
+//! `$XDG_RUNTIME_DIR/ember`, else `/tmp/ember-UID`), which is created with mode 0700 and
+//! refused if another user owns it or others may write to it; the socket itself has mode
+//! 0600. Its name is `PID.N.sock`: the process and the stack's number within it, which
+//! together are the stack's ID for `ember ls` and `--stack`.
+//!
+//! The protocol is one request line (at most [`MAX_REQUEST`] bytes, UTF-8) and one
+//! response, after which the server closes the connection. The response's first line is
+//! `ok` or `error KIND: MESSAGE` (KIND one of `invalid`, `not-found`, `busy`, `gone`);
+//! the rest is text for a person. Requests:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `info` | the stack's ID, process, squeues, addresses, connections |
+//! | `ndd list` | every tunable: value, default, range, unit, description |
+//! | `ndd get NAME` | the value |
+//! | `ndd set NAME VALUE` | sets it as [`Stack::set_param`] does |
+//! | `kstat [MODULE[:NAME]]` | `module:name value` lines |
+//! | `netstat [-f]` | listeners and connections, `-f` adds `ss -ti`-style details |
+//!
+//! The server runs on a thread of its own, never in a squeue, and holds only a weak
+//! reference to the stack, so it neither keeps a dropped stack alive nor can stall one:
+//! a client that sends nothing is cut off after [`IO_TIMEOUT`], an oversized or malformed
+//! request gets an error, and at most [`MAX_CLIENTS`] requests run at once (more get
+//! `busy`). Dropping the [`ControlServer`] stops the thread and removes the socket.
+
+use crate::stack::{Stack, StackInner};
+use ember_core::params::{ParamError, Params};
+use std::fmt::Write as _;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest request line, in bytes (the newline included).
+pub const MAX_REQUEST: usize = 4096;
+/// How long a client may take to send its request or to take the response.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Requests served at once; more are answered `busy`.
+pub const MAX_CLIENTS: usize = 4;
+/// Largest response a client accepts (a netstat of a million connections fits).
+const MAX_RESPONSE: u64 = 512 << 20;
+
+/// Numbers the stacks of this process that serve a control socket.
+static NEXT_STACK: AtomicU32 = AtomicU32::new(1);
+
+/// The directory control sockets live in, created (mode 0700) if missing.
+///
+/// `$EMBER_CONTROL_DIR` if set, else `$XDG_RUNTIME_DIR/ember`, else `/tmp/ember-UID`.
+/// A directory that another user owns, or that group or others may write to, is refused
+/// (`PermissionDenied`): anyone who could put a socket there could answer for a stack.
+pub fn control_dir() -> io::Result<PathBuf> {
+    let dir = if let Some(d) = std::env::var_os("EMBER_CONTROL_DIR") {
+        PathBuf::from(d)
+    } else if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        PathBuf::from(d).join("ember")
+    } else {
+        PathBuf::from(format!("/tmp/ember-{}", my_uid()?))
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("control directory {}: {e}", dir.display()),
+            ))
+        }
+    }
+    let m = std::fs::symlink_metadata(&dir)?;
+    if !m.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("control directory {} is not a directory", dir.display()),
+        ));
+    }
+    if m.uid() != my_uid()? || m.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "control directory {} is not this user's alone (owner {}, mode {:o})",
+                dir.display(),
+                m.uid(),
+                m.mode() & 0o777
+            ),
+        ));
+    }
+    Ok(dir)
+}
+
+/// This process's effective user: the owner of `/proc/self`.
+fn my_uid() -> io::Result<u32> {
+    Ok(std::fs::metadata("/proc/self")?.uid())
+}
+
+/// A running control socket. Dropping it stops serving and removes the socket file.
+#[derive(Debug)]
+pub struct ControlServer {
+    path: PathBuf,
+    id: String,
+    /// Shared with the serving thread, so its descriptor stays open until both are done.
+    listener: Arc<UnixListener>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Serves `stack` on a new socket in `dir` (default: [`control_dir`]).
+    pub fn start(stack: &Stack, dir: Option<&Path>) -> io::Result<ControlServer> {
+        let dir = match dir {
+            Some(d) => d.to_path_buf(),
+            None => control_dir()?,
+        };
+        let id = format!(
+            "{}.{}",
+            std::process::id(),
+            NEXT_STACK.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = dir.join(format!("{id}.sock"));
+        // A socket left by a process that had our PID before us.
+        let _ = std::fs::remove_file(&path);
+        let listener = Arc::new(UnixListener::bind(&path)?);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = Ctx {
+            stack: Arc::downgrade(&stack.inner),
+            id: id.clone(),
+            started: Instant::now(),
+            busy: Arc::new(AtomicUsize::new(0)),
+        };
+        let s2 = stop.clone();
+        let l2 = listener.clone();
+        let thread = std::thread::Builder::new()
+            .name("ember-control".into())
+            .spawn(move || serve(&l2, ctx, s2))?;
+        Ok(ControlServer {
+            path,
+            id,
+            listener,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The stack's ID (`PID.N`), as `ember ls` shows it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        wake_accept(&self.listener);
+        if let Some(t) = self.thread.take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[derive(Clone)]
+struct Ctx {
+    stack: Weak<StackInner>,
+    id: String,
+    started: Instant,
+    busy: Arc<AtomicUsize>,
+}
+
+/// Makes a thread blocked in `accept` on `l` return (with `EINVAL`), whether or not the
+/// socket's path still exists.
+fn wake_accept(l: &UnixListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: shutdown(2) takes no pointers; the descriptor is open, because `l` is
+    // borrowed from an `Arc` the caller holds, so it cannot have been closed and reused.
+    unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+}
+
+fn serve(listener: &UnixListener, ctx: Ctx, stop: Arc<AtomicBool>) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut conn = match conn {
+            Ok(c) => c,
+            // The listener was shut down.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return,
+            // Out of descriptors or memory: try again a little later.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+        if ctx.busy.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+            ctx.busy.fetch_sub(1, Ordering::SeqCst);
+            let _ = conn.write_all(b"error busy: too many control requests at once\n");
+            continue;
+        }
+        let c = ctx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ember-control-req".into())
+            .spawn(move || {
+                answer(&c, conn);
+                c.busy.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            ctx.busy.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Reads one request from `conn`, answers it, closes.
+fn answer(ctx: &Ctx, conn: UnixStream) {
+    let mut r = BufReader::new(&conn).take(MAX_REQUEST as u64);
+    let mut line = Vec::new();
+    let reply = match r.read_until(b'\n', &mut line) {
+        Ok(_) if line.last() != Some(&b'\n') && line.len() >= MAX_REQUEST => Err(err(
+            io::ErrorKind::InvalidInput,
+            format!("request longer than {MAX_REQUEST} bytes"),
+        )),
+        Ok(0) => Err(err(io::ErrorKind::InvalidInput, "empty request")),
+        Ok(_) => match std::str::from_utf8(&line) {
+            Ok(s) => handle(ctx, s.trim()),
+            Err(_) => Err(err(io::ErrorKind::InvalidInput, "request is not UTF-8")),
+        },
+        Err(e) => Err(e),
+    };
+    let mut out = Vec::new();
+    match reply {
+        Ok(body) => {
+            out.extend_from_slice(b"ok\n");
+            out.extend_from_slice(body.as_bytes());
+        }
+        Err(e) => {
+            let kind = match e.kind() {
+                io::ErrorKind::NotFound => "not-found",
+                io::ErrorKind::NotConnected => "gone",
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "timeout",
+                _ => "invalid",
+            };
+            let msg = e.to_string().replace('\n', " ");
+            let _ = writeln!(out, "error {kind}: {msg}");
+        }
+    }
+    let mut w = &conn;
+    let _ = w.write_all(&out);
+    let _ = conn.shutdown(std::net::Shutdown::Both);
+}
+
+fn err(kind: io::ErrorKind, msg: impl Into<String>) -> io::Error {
+    io::Error::new(kind, msg.into())
+}
+
+/// Answers one request line.
+fn handle(ctx: &Ctx, req: &str) -> io::Result<String> {
+    let words: Vec<&str> = req.split_whitespace().collect();
+    let Some(inner) = ctx.stack.upgrade() else {
+        return Err(err(io::ErrorKind::NotConnected, "the stack has gone"));
+    };
+    let stack = Stack { inner };
+    if stack.inner.closing.load(Ordering::SeqCst) && words.first() != Some(&"info") {
+        return Err(err(io::ErrorKind::NotConnected, "the stack has shut down"));
+    }
+    match words.as_slice() {
+        ["info"] => Ok(info(ctx, &stack)),
+        ["ndd", "list"] => Ok(ndd_list(&stack.params())),
+        ["ndd", "get", name] => stack
+            .params()
+            .get(name)
+            .map(|v| format!("{v}\n"))
+            .ok_or_else(|| {
+                err(
+                    io::ErrorKind::NotFound,
+                    ParamError::Unknown(name.to_string()).to_string(),
+                )
+            }),
+        ["ndd", "set", name, value] => {
+            stack.set_param(name, value)?;
+            Ok(format!(
+                "{name} {}\n",
+                stack.params().get(name).unwrap_or_default()
+            ))
+        }
+        ["kstat"] => Ok(kstat(&stack, None)?),
+        ["kstat", filter] => Ok(kstat(&stack, Some(filter))?),
+        ["netstat"] => Ok(netstat(&stack, false)),
+        ["netstat", "-f"] => Ok(netstat(&stack, true)),
+        _ => Err(err(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "unknown request '{}'; requests: info, ndd list, ndd get NAME, \
+                 ndd set NAME VALUE, kstat [MODULE[:NAME]], netstat [-f]",
+                req.chars().take(80).collect::<String>()
+            ),
+        )),
+    }
+}
+
+fn info(ctx: &Ctx, stack: &Stack) -> String {
+    let addrs: Vec<String> = stack.addrs().iter().map(|a| a.to_string()).collect();
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let conns = stack.inner.classifier.len();
+    format!(
+        "id {}\npid {}\ncommand {}\nsqueues {}\naddrs {}\nconnections {}\nuptime_s {}\nstate {}\n",
+        ctx.id,
+        std::process::id(),
+        comm.trim(),
+        stack.squeue_count(),
+        if addrs.is_empty() {
+            "lo".to_string()
+        } else {
+            addrs.join(",")
+        },
+        conns,
+        ctx.started.elapsed().as_secs(),
+        if stack.inner.closing.load(Ordering::SeqCst) {
+            "shut-down"
+        } else {
+            "running"
+        }
+    )
+}
+
+/// The `ndd` listing: one line per tunable (also what `ember ndd -list` prints without
+/// a running stack, from the defaults).
+pub fn ndd_list(p: &Params) -> String {
+    let mut s = String::new();
+    for i in p.describe() {
+        let _ = writeln!(
+            s,
+            "{:<30} {:>12} (default {}, {} {}) {}",
+            i.name, i.value, i.default, i.range, i.unit, i.description
+        );
+    }
+    s
+}
+
+fn kstat(stack: &Stack, filter: Option<&str>) -> io::Result<String> {
+    let all = stack.kstat();
+    let (module, name) = match filter {
+        None => (None, None),
+        Some(f) => match f.split_once(':') {
+            Some((m, n)) => (Some(m), Some(n)),
+            None => (Some(f), None),
+        },
+    };
+    let mut s = String::new();
+    let mut modules: Vec<&str> = Vec::new();
+    for (k, v) in &all {
+        let (m, n) = k.split_once(':').unwrap_or((k.as_str(), ""));
+        if !modules.contains(&m) {
+            modules.push(m);
+        }
+        if module.is_some_and(|x| x != m) || name.is_some_and(|x| x != n) {
+            continue;
+        }
+        let _ = writeln!(s, "{k} {v}");
+    }
+    if s.is_empty() {
+        let what = filter.unwrap_or_default();
+        return Err(err(
+            io::ErrorKind::NotFound,
+            match module {
+                Some(m) if !modules.contains(&m) => {
+                    format!("no kstat module '{m}'; modules: {}", modules.join(", "))
+                }
+                _ => {
+                    let want = name.unwrap_or_default().to_ascii_lowercase();
+                    let near: Vec<&str> = all
+                        .iter()
+                        .map(|(k, _)| k.as_str())
+                        .filter(|k| {
+                            let (m, n) = k.split_once(':').unwrap_or((k, ""));
+                            Some(m) == module
+                                && !want.is_empty()
+                                && n.to_ascii_lowercase().contains(&want)
+                        })
+                        .take(5)
+                        .collect();
+                    if near.is_empty() {
+                        format!("no kstat '{what}'")
+                    } else {
+                        format!("no kstat '{what}'; nearest: {}", near.join(", "))
+                    }
+                }
+            },
+        ));
+    }
+    Ok(s)
+}
+
+fn netstat(stack: &Stack, full: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<21} {:<21} {:<11} {:>2} {:>5} {:>8} {:>8} {:>7} {:>9} {:>7}",
+        "Local Address",
+        "Remote Address",
+        "State",
+        "Sq",
+        "Fused",
+        "Send-Q",
+        "Recv-Q",
+        "cwnd",
+        "srtt(us)",
+        "retrans"
+    );
+    let mut ls = stack.inner.classifier.listeners();
+    ls.sort_by_key(|l| (u32::from(*l.local.ip()), l.local.port()));
+    for l in ls {
+        if l.closed.load(Ordering::Relaxed) {
+            continue;
+        }
+        let queued = l.accept_q.lock().len();
+        let _ = writeln!(
+            s,
+            "{:<21} {:<21} {:<11} {:>2} {:>5} {:>8} {:>8} {:>7} {:>9} {:>7}",
+            l.local.to_string(),
+            "*:*",
+            "LISTEN",
+            "-",
+            "-",
+            l.backlog.load(Ordering::Relaxed),
+            queued,
+            "-",
+            "-",
+            "-"
+        );
+        if full {
+            let _ = writeln!(s, "\t syn_queue:{}", l.syn_q.load(Ordering::Relaxed));
+        }
+    }
+    let mut conns = stack.netstat();
+    conns.sort_by_key(|(i, _, _)| {
+        (
+            u32::from(*i.local.ip()),
+            i.local.port(),
+            u32::from(*i.remote.ip()),
+            i.remote.port(),
+        )
+    });
+    for (i, sq, fused) in conns {
+        let srtt = i
+            .srtt
+            .map_or_else(|| "-".to_string(), |d| d.as_micros().to_string());
+        let _ = writeln!(
+            s,
+            "{:<21} {:<21} {:<11} {:>2} {:>5} {:>8} {:>8} {:>7} {:>9} {:>7}",
+            i.local.to_string(),
+            i.remote.to_string(),
+            i.state.name(),
+            sq,
+            if fused { "yes" } else { "no" },
+            i.send_queued,
+            i.recv_queued,
+            i.cwnd,
+            srtt,
+            i.stats.retrans_segs
+        );
+        if full {
+            let st = &i.stats;
+            let _ = writeln!(
+                s,
+                "\t {} wscale:{},{} rto:{}ms rttvar:{}us mss:{} pmtu:{} rcvmss:{} ssthresh:{} \
+                 snd_wnd:{} rcv_wnd:{} unacked:{} sacked:{} lost:{} ooo_bytes:{} \
+                 bytes_sent:{} bytes_retrans:{} bytes_received:{} segs_out:{} segs_in:{} \
+                 fast_retrans:{} timeouts:{} backoff:{}{}{}",
+                i.cc,
+                i.snd_wscale,
+                i.rcv_wscale,
+                i.rto.as_millis(),
+                i.rttvar.as_micros(),
+                i.snd_mss,
+                i.pmtu,
+                i.rcv_mss,
+                i.ssthresh,
+                i.snd_wnd,
+                i.rcv_wnd,
+                i.unacked,
+                i.sacked,
+                i.lost,
+                i.ooo_bytes,
+                st.bytes_out,
+                st.retrans_bytes,
+                i.bytes_received,
+                st.segs_out,
+                st.segs_in,
+                st.fast_retransmits,
+                st.timeouts,
+                i.backoff,
+                if i.sack { " sack" } else { "" },
+                if i.timestamps { " ts" } else { "" },
+            );
+        }
+    }
+    s
+}
+
+/// Sends one request line to the control socket at `path` and returns the body of an
+/// `ok` answer; an `error` answer becomes an `io::Error` of the matching kind.
+pub fn request(path: &Path, line: &str) -> io::Result<String> {
+    if line.contains('\n') || line.len() >= MAX_REQUEST {
+        return Err(err(
+            io::ErrorKind::InvalidInput,
+            "a request is one line shorter than 4096 bytes",
+        ));
+    }
+    let mut c = UnixStream::connect(path)?;
+    c.set_write_timeout(Some(IO_TIMEOUT))?;
+    // Counters are summed across squeues and netstat visits each: allow the stack time.
+    c.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // A server that answers without reading (`busy`) may close before the request is
+    // written: its answer still counts.
+    let sent = c
+        .write_all(line.as_bytes())
+        .and_then(|()| c.write_all(b"\n"));
+    let mut out = String::new();
+    let got = (&c).take(MAX_RESPONSE).read_to_string(&mut out);
+    if out.is_empty() {
+        sent?;
+        got?;
+    }
+    let (head, body) = out.split_once('\n').unwrap_or((out.as_str(), ""));
+    if head == "ok" {
+        return Ok(body.to_string());
+    }
+    let Some(rest) = head.strip_prefix("error ") else {
+        return Err(err(
+            io::ErrorKind::InvalidData,
+            format!("not an ember control socket answer: {head:?}"),
+        ));
+    };
+    let (kind, msg) = rest.split_once(": ").unwrap_or(("invalid", rest));
+    let kind = match kind {
+        "not-found" => io::ErrorKind::NotFound,
+        "gone" => io::ErrorKind::NotConnected,
+        "busy" => io::ErrorKind::ResourceBusy,
+        "timeout" => io::ErrorKind::TimedOut,
+        _ => io::ErrorKind::InvalidInput,
+    };
+    Err(err(kind, msg))
+}
+
+/// A stack found in the control directory.
+#[derive(Debug, Clone)]
+pub struct StackRef {
+    /// `PID.N`.
+    pub id: String,
+    pub path: PathBuf,
+}
+
+/// The control sockets in `dir` (default: [`control_dir`]) whose process is alive, by
+/// ID. Sockets of processes that have exited are removed.
+pub fn list_stacks(dir: Option<&Path>) -> io::Result<Vec<StackRef>> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => control_dir()?,
+    };
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(&dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sock")) else {
+            continue;
+        };
+        let Some(pid) = id.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        v.push(StackRef {
+            id: id.to_string(),
+            path: e.path(),
+        });
+    }
+    v.sort_by_key(|s| {
+        let mut it = s.id.split('.').map(|x| x.parse::<u64>().unwrap_or(0));
+        (it.next().unwrap_or(0), it.next().unwrap_or(0))
+    });
+    Ok(v)
+}
+
+/// Chooses the stack a command talks to: `which` is an ID (`PID.N`, or a PID with one
+/// stack), or a socket path; without it, the only stack running.
+pub fn find_stack(which: Option<&str>, dir: Option<&Path>) -> io::Result<PathBuf> {
+    if let Some(w) = which {
+        if w.contains('/') {
+            return Ok(PathBuf::from(w));
+        }
+    }
+    let all = list_stacks(dir)?;
+    let pick: Vec<&StackRef> = match which {
+        None => all.iter().collect(),
+        Some(w) if w.contains('.') => all.iter().filter(|s| s.id == w).collect(),
+        Some(w) => all
+            .iter()
+            .filter(|s| s.id.split('.').next() == Some(w))
+            .collect(),
+    };
+    let ids = || {
+        all.iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match pick.as_slice() {
+        [one] => Ok(one.path.clone()),
+        [] if all.is_empty() => Err(err(
+            io::ErrorKind::NotFound,
+            "no ember stack is running (none serves a control socket)",
+        )),
+        [] => Err(err(
+            io::ErrorKind::NotFound,
+            format!("no stack '{}'; running: {}", which.unwrap_or(""), ids()),
+        )),
+        _ => Err(err(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "several stacks are running ({}); choose one with --stack",
+                ids()
+            ),
+        )),
+    }
+}
+
+impl Stack {
+    /// Whether `self` and `other` are handles of the same stack.
+    pub fn same_stack(&self, other: &Stack) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Serves this stack's control socket in the default directory ([`control_dir`])
+    /// until the returned server is dropped.
+    pub fn serve_control(&self) -> io::Result<ControlServer> {
+        ControlServer::start(self, None)
+    }
+}
