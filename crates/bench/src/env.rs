@@ -727,6 +727,10 @@ impl Device for WireTap {
     fn tso(&self) -> bool {
         self.inner.tso()
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
+    }
 }
 
 #[cfg(test)]

@@ -1197,6 +1197,28 @@ impl Device for AfPacketQueue {
     fn mtu(&self) -> u32 {
         self.mtu
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = AfPacketQueue::counters(self);
+        vec![
+            ("rx_frames", c.rx_frames),
+            ("rx_bytes", c.rx_bytes),
+            ("rx_jumbo", c.rx_jumbo),
+            ("rx_filtered", c.rx_filtered),
+            ("rx_outgoing", c.rx_outgoing),
+            ("rx_truncated", c.rx_truncated),
+            ("rx_corrupt", c.rx_corrupt),
+            ("rx_csum_filled", c.rx_csum_filled),
+            ("rx_blocks", c.rx_blocks),
+            ("rx_ring_drops", c.rx_ring_drops),
+            ("tx_frames", c.tx_frames),
+            ("tx_bytes", c.tx_bytes),
+            ("tx_dropped", c.tx_dropped),
+            ("tx_errors", c.tx_errors),
+            ("tx_batches", c.tx_batches),
+            ("wakeups", c.wakeups),
+        ]
+    }
 }
 
 #[cfg(test)]

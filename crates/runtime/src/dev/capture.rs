@@ -275,6 +275,17 @@ impl Device for Capture {
     fn tso(&self) -> bool {
         self.inner.tso()
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.inner.counters();
+        let s = self.stats();
+        v.extend([
+            ("capture_frames", s.captured),
+            ("capture_bytes", s.bytes),
+            ("capture_missed", s.not_captured),
+        ]);
+        v
+    }
 }
 
 #[cfg(test)]

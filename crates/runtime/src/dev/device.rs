@@ -62,4 +62,11 @@ pub trait Device: Send + Sync + 'static {
     fn tso(&self) -> bool {
         false
     }
+    /// The device's own counters, kstat-style (`rx_frames`, `tx_bytes`, ...), for
+    /// `Stack::kstat` (module `devN`, summed over an interface's queues). Read rarely
+    /// (when someone asks), so a device may take a lock here. Wrappers add theirs to the
+    /// inner device's. Default: none.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

@@ -161,6 +161,27 @@ impl Device for Impaired {
         self.inner.mtu().min(u32::try_from(cfg).unwrap_or(u32::MAX))
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.inner.counters();
+        let (t, r) = (
+            lock(&self.tx).stats().clone(),
+            lock(&self.rx).stats().clone(),
+        );
+        v.extend([
+            ("impair_tx_lost", t.lost),
+            ("impair_tx_queue_drops", t.queue_drops),
+            ("impair_tx_duplicated", t.duplicated),
+            ("impair_tx_reordered", t.reordered),
+            ("impair_tx_corrupted", t.corrupted),
+            ("impair_rx_lost", r.lost),
+            ("impair_rx_queue_drops", r.queue_drops),
+            ("impair_rx_duplicated", r.duplicated),
+            ("impair_rx_reordered", r.reordered),
+            ("impair_rx_corrupted", r.corrupted),
+        ]);
+        v
+    }
+
     fn flush(&self) {
         self.inner.flush()
     }

@@ -150,6 +150,13 @@ impl Device for MemLinkEnd {
         }
         self.link().tx_backlog(now, self.end)
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let l = self.link();
+        let mut v = l.wire(self.end.peer()).stats().counters(false);
+        v.extend(l.wire(self.end).stats().counters(true));
+        v
+    }
 }
 
 #[cfg(test)]

@@ -876,6 +876,23 @@ impl Device for TapQueue {
     fn tso(&self) -> bool {
         self.vnet
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.stats;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("rx_frames", g(&s.rx_frames)),
+            ("rx_bytes", g(&s.rx_bytes)),
+            ("rx_gso", g(&s.rx_gso)),
+            ("rx_csum_filled", g(&s.rx_csum_filled)),
+            ("rx_errors", g(&s.rx_errors)),
+            ("tx_frames", g(&s.tx_frames)),
+            ("tx_bytes", g(&s.tx_bytes)),
+            ("tx_gso", g(&s.tx_gso)),
+            ("tx_errors", g(&s.tx_errors)),
+            ("wakeups", g(&s.wakeups)),
+        ]
+    }
 }
 
 #[cfg(test)]

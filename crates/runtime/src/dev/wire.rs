@@ -83,6 +83,27 @@ pub struct WireStats {
     pub corrupted: u64,
 }
 
+impl WireStats {
+    /// kstat-style counters of a wire seen from its sending end (`tx_*`) or its
+    /// receiving end (`rx_*`), with the impairments it applied.
+    pub fn counters(&self, sending: bool) -> Vec<(&'static str, u64)> {
+        if sending {
+            vec![
+                ("tx_frames", self.frames_in),
+                ("tx_bytes", self.bytes_in),
+                ("tx_lost", self.lost),
+                ("tx_queue_drops", self.queue_drops),
+                ("tx_mtu_drops", self.mtu_drops),
+                ("tx_duplicated", self.duplicated),
+                ("tx_reordered", self.reordered),
+                ("tx_corrupted", self.corrupted),
+            ]
+        } else {
+            vec![("rx_frames", self.frames_out), ("rx_bytes", self.bytes_out)]
+        }
+    }
+}
+
 /// What became of a frame handed to a wire, link or switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {

@@ -1128,6 +1128,22 @@ impl Stack {
         ] {
             v.push((format!("classifier:{k}"), x));
         }
+        // Devices: module `devN` per interface, each counter summed over its queues.
+        for (i, (_, queues)) in self.inner.devices.iter().enumerate() {
+            let mut sum: Vec<(&'static str, u64)> = Vec::new();
+            for q in queues {
+                for (k, x) in q.counters() {
+                    match sum.iter_mut().find(|(n, _)| *n == k) {
+                        Some((_, t)) => *t += x,
+                        None => sum.push((k, x)),
+                    }
+                }
+            }
+            v.push((format!("dev{i}:queues"), queues.len() as u64));
+            for (k, x) in sum {
+                v.push((format!("dev{i}:{k}"), x));
+            }
+        }
         v
     }
 
