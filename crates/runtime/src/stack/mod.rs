@@ -77,7 +77,8 @@ pub enum Probe {
     Fuse,
     /// `fusion:unfuse`.
     Unfuse,
-    /// `fusion:flowctl` (`len` 1 when the unread-writes limit stopped the writer).
+    /// `fusion:flowctl`: a fused writer stopped (`len` 1 for the unread-writes limit, 0
+    /// for a full receive buffer).
     FlowCtl,
     /// `squeue:enter`: a thread took squeue `squeue` to run work; `arg` says how
     /// ([`crate::squeue::Enter`] as a number: 0 inline, 1 queued, 2 worker).
@@ -135,8 +136,9 @@ pub struct ProbeEvent {
     pub local: SocketAddrV4,
     /// The connection's remote end (`0.0.0.0:0` for the squeue probes).
     pub remote: SocketAddrV4,
-    /// Bytes for `tcp:send`/`receive` and `ip:send`/`receive`; 1 (stopped) or 0
-    /// (resumed) for `fusion:flowctl`; entries run for `squeue:drain`; otherwise 0.
+    /// Bytes for `tcp:send`/`receive` and `ip:send`/`receive`; for `fusion:flowctl` 1
+    /// (the unread-writes limit) or 0 (the reader's buffer is full); entries run for
+    /// `squeue:drain`; otherwise 0.
     pub len: usize,
     /// The index of the squeue the probe fired in.
     pub squeue: usize,
