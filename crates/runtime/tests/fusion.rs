@@ -1045,6 +1045,64 @@ fn probes_fused_transfer_tcp_send_no_ip_send_squeue_probes() {
     }
 }
 
+/// `tcp:state-change` fires on every transition (new state in `len`, old in `arg`, as
+/// `State as usize`), and a connect to a closed port fires `tcp:accept-refused` (the SYN's
+/// receiver) and `tcp:connect-refused` (the connecting end).
+#[test]
+fn probes_state_changes_and_refusals() {
+    let st = two_squeues();
+    let ev = collect_probes(&st);
+    let closed: SocketAddrV4 = "127.0.0.1:1".parse().unwrap();
+    let e = TcpStream::connect_timeout(&st, closed, T).expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    let e = ev.lock().unwrap().clone();
+    let refused = |p: Probe| {
+        e.iter()
+            .filter(|x| x.probe == p)
+            .map(|x| (x.local, x.remote))
+            .collect::<Vec<_>>()
+    };
+    let a = refused(Probe::AcceptRefused);
+    assert!(a.len() == 1 && a[0].0 == closed, "{e:?}");
+    let c = refused(Probe::ConnectRefused);
+    assert_eq!(c, vec![(a[0].1, closed)], "{e:?}");
+    let changes = |ev: &[ProbeEvent], local: SocketAddrV4| {
+        ev.iter()
+            .filter(|x| x.probe == Probe::StateChange && x.local == local)
+            .map(|x| (x.arg as usize, x.len))
+            .collect::<Vec<_>>()
+    };
+    let (s, ss, est) = (
+        State::Closed as usize,
+        State::SynSent as usize,
+        State::Established as usize,
+    );
+    assert_eq!(changes(&e, a[0].1), vec![(s, ss), (ss, s)], "{e:?}");
+
+    let mark = ev.lock().unwrap().len();
+    let l = listener(&st);
+    let (c, srv) = connect_to(&st, &l);
+    let (ca, sa) = addrs(&c);
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!((&srv).read(&mut b).unwrap(), 0, "EOF");
+    let e = conn_events(&ev, mark, ca, sa);
+    let sr = State::SynReceived as usize;
+    let cl = changes(&e, ca);
+    let sv = changes(&e, sa);
+    assert_eq!(cl[..2], [(s, ss), (ss, est)], "{e:?}");
+    assert_eq!(sv[..2], [(s, sr), (sr, est)], "{e:?}");
+    assert!(cl.contains(&(est, State::FinWait1 as usize)), "{e:?}");
+    assert!(sv.contains(&(est, State::CloseWait as usize)), "{e:?}");
+    assert!(
+        e.iter()
+            .all(|x| x.probe != Probe::StateChange || x.arg != x.len as u64),
+        "a state-change changes the state: {e:?}"
+    );
+    drop((c, srv, l));
+    st.shutdown();
+}
+
 #[test]
 fn probes_unfused_connection_fires_ip() {
     let st = stack_with(&[("do_tcp_fusion", "0")]);

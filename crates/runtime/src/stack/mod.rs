@@ -58,17 +58,25 @@ pub enum Probe {
     TcpSend,
     /// `tcp:receive`: TCP took `len` payload bytes (from a segment, or a fused write).
     TcpReceive,
-    /// `tcp:state-change` (active open established).
+    /// `tcp:state-change`: a connection changed state; `len` is the new state, `arg`
+    /// the old one, each as `ember_core::tcp::State as usize` (CLOSED 0, LISTEN 1,
+    /// SYN-SENT 2, SYN-RECEIVED 3, ESTABLISHED 4, FIN-WAIT-1 5, FIN-WAIT-2 6,
+    /// CLOSE-WAIT 7, CLOSING 8, LAST-ACK 9, TIME-WAIT 10). A new connection starts from
+    /// CLOSED.
     StateChange,
     /// `tcp:connect-request`.
     ConnectRequest,
     /// `tcp:connect-established`.
     ConnectEstablished,
+    /// `tcp:connect-refused`: an active open was refused (a RST answered its SYN).
+    ConnectRefused,
     /// `tcp:accept-established`.
     AcceptEstablished,
-    /// `tcp:accept-pending`: a SYN created a passive connection (`tcp:accept-refused` is
-    /// not a probe here: refusals are counted).
+    /// `tcp:accept-pending`: a SYN created a passive connection.
     AcceptEstablishedPending,
+    /// `tcp:accept-refused`: a SYN for a port nobody listens on (answered with a RST if
+    /// `tcp_rst_sent_rate` allows).
+    AcceptRefused,
     /// `ip:send`: a datagram (`len` bytes of TCP) left IP; never for fused data.
     IpSend,
     /// `ip:receive`.
@@ -90,14 +98,16 @@ pub enum Probe {
 
 impl Probe {
     /// Every probe, in declaration order.
-    pub const ALL: [Probe; 14] = [
+    pub const ALL: [Probe; 16] = [
         Probe::TcpSend,
         Probe::TcpReceive,
         Probe::StateChange,
         Probe::ConnectRequest,
         Probe::ConnectEstablished,
+        Probe::ConnectRefused,
         Probe::AcceptEstablished,
         Probe::AcceptEstablishedPending,
+        Probe::AcceptRefused,
         Probe::IpSend,
         Probe::IpReceive,
         Probe::Fuse,
@@ -115,8 +125,10 @@ impl Probe {
             Probe::StateChange => "tcp:state-change",
             Probe::ConnectRequest => "tcp:connect-request",
             Probe::ConnectEstablished => "tcp:connect-established",
+            Probe::ConnectRefused => "tcp:connect-refused",
             Probe::AcceptEstablished => "tcp:accept-established",
             Probe::AcceptEstablishedPending => "tcp:accept-pending",
+            Probe::AcceptRefused => "tcp:accept-refused",
             Probe::IpSend => "ip:send",
             Probe::IpReceive => "ip:receive",
             Probe::Fuse => "fusion:fuse",
@@ -136,14 +148,14 @@ pub struct ProbeEvent {
     pub local: SocketAddrV4,
     /// The connection's remote end (`0.0.0.0:0` for the squeue probes).
     pub remote: SocketAddrV4,
-    /// Bytes for `tcp:send`/`receive` and `ip:send`/`receive`; for `fusion:flowctl` 1
-    /// (the unread-writes limit) or 0 (the reader's buffer is full); entries run for
-    /// `squeue:drain`; otherwise 0.
+    /// Bytes for `tcp:send`/`receive` and `ip:send`/`receive`; the new state for
+    /// `tcp:state-change`; for `fusion:flowctl` 1 (the unread-writes limit) or 0 (the
+    /// reader's buffer is full); entries run for `squeue:drain`; otherwise 0.
     pub len: usize,
     /// The index of the squeue the probe fired in.
     pub squeue: usize,
-    /// `squeue:enter`: how ([`crate::squeue::Enter`] as a number); `squeue:drain`: nanoseconds;
-    /// otherwise 0.
+    /// `tcp:state-change`: the old state; `squeue:enter`: how
+    /// ([`crate::squeue::Enter`] as a number); `squeue:drain`: nanoseconds; otherwise 0.
     pub arg: u64,
 }
 
@@ -559,10 +571,24 @@ impl StackInner {
         remote: SocketAddrV4,
         len: usize,
     ) {
+        self.probe_arg(sq, p, local, remote, len, 0);
+    }
+
+    /// [`StackInner::probe`] with the event's `arg`.
+    #[inline]
+    pub(crate) fn probe_arg(
+        &self,
+        sq: usize,
+        p: Probe,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        len: usize,
+        arg: u64,
+    ) {
         if (u16::from(self.probes_on.load(Ordering::Relaxed)) | probes::semaphore(p)) == 0 {
             return;
         }
-        self.fire(&ProbeEvent::new(p, sq, local, remote, len, 0));
+        self.fire(&ProbeEvent::new(p, sq, local, remote, len, arg));
     }
 
     /// Hands `ev` to its USDT probe and to the in-process subscribers (out of line: only

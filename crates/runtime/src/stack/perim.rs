@@ -107,6 +107,9 @@ pub(crate) struct Conn {
     pub tsq_rate: u64,
     /// Payload of its latest data segment (TSQ allows two of them).
     pub last_seg: u32,
+    /// The state `after` last saw (for `tcp:state-change`; a new connection starts from
+    /// CLOSED).
+    pub last_state: State,
 }
 
 impl Conn {
@@ -134,6 +137,7 @@ impl Conn {
             tsq_throttled: false,
             tsq_rate: 0,
             last_seg: 0,
+            last_state: State::Closed,
         }
     }
 }
@@ -309,6 +313,9 @@ impl Perim {
                     Some(l) => self.listen_input(st, now, &l, local, remote, &repr, payload, None),
                     None => {
                         self.stats.in_closed += 1;
+                        if repr.flags.syn() && !repr.flags.ack() {
+                            st.probe(self.id, Probe::AcceptRefused, local, remote, 0);
+                        }
                         self.reply_rst(st, now, local, remote, &repr, payload);
                     }
                 }
@@ -771,6 +778,26 @@ impl Perim {
         };
         let ev = c.tcb.take_events();
         let closed = c.tcb.is_closed();
+        let state = c.tcb.state();
+        if state != c.last_state {
+            // Rare (a few times per connection): the probe check is behind this branch.
+            let old = std::mem::replace(&mut c.last_state, state);
+            let (l, r) = (c.tcb.local(), c.tcb.remote());
+            st.probe_arg(
+                self.id,
+                Probe::StateChange,
+                l,
+                r,
+                state as usize,
+                old as u64,
+            );
+            if state == State::Closed
+                && old == State::SynSent
+                && c.tcb.error() == Some(TcpError::Refused)
+            {
+                st.probe(self.id, Probe::ConnectRefused, l, r, 0);
+            }
+        }
         let deadline = if closed { None } else { c.tcb.poll_timeout() };
         self.wheel.update(&mut c.timer, key, deadline);
         if ev.contains(Events::CONNECTED) {
@@ -826,15 +853,6 @@ impl Perim {
             // new connection may reuse it), as Linux unhashes a closed socket.
             let t = (c.tcb.local(), c.tcb.remote());
             st.classifier.remove(&t, ConnLoc { sq: self.id, key });
-        }
-        if ev.contains(Events::CONNECTED) && !c.tcb.is_passive() {
-            st.probe(
-                self.id,
-                Probe::StateChange,
-                c.tcb.local(),
-                c.tcb.remote(),
-                0,
-            );
         }
         self.publish(key);
     }

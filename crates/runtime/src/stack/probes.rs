@@ -19,7 +19,8 @@
 //! `fusion` providers (local address, local port, remote address, remote port, length,
 //! squeue index); addresses are IPv4 addresses as a `u32` whose bytes in memory are the
 //! address's octets (network order: bpftrace's `ntop(arg0)` prints it), ports in host
-//! order. `squeue:enter` is (squeue, how: 0 inline, 1 queued, 2 worker) and
+//! order; for `tcp:state-change` the length is the new state with the old one in the
+//! next byte. `squeue:enter` is (squeue, how: 0 inline, 1 queued, 2 worker) and
 //! `squeue:drain` is (squeue, entries run, nanoseconds).
 //!
 //! A Rust probe name with a double underscore is the probe name with a dash
@@ -37,6 +38,8 @@ mod tcp {
     }
     fn accept__established(laddr: u32, lport: u16, raddr: u32, rport: u16, len: u64, squeue: u32) {}
     fn accept__pending(laddr: u32, lport: u16, raddr: u32, rport: u16, len: u64, squeue: u32) {}
+    fn connect__refused(laddr: u32, lport: u16, raddr: u32, rport: u16, len: u64, squeue: u32) {}
+    fn accept__refused(laddr: u32, lport: u16, raddr: u32, rport: u16, len: u64, squeue: u32) {}
 }
 
 #[usdt::provider]
@@ -85,6 +88,8 @@ extern "C" {
     static __usdt_sema_tcp_connect__established: u16;
     static __usdt_sema_tcp_accept__established: u16;
     static __usdt_sema_tcp_accept__pending: u16;
+    static __usdt_sema_tcp_connect__refused: u16;
+    static __usdt_sema_tcp_accept__refused: u16;
     static __usdt_sema_ip_send: u16;
     static __usdt_sema_ip_receive: u16;
     static __usdt_sema_fusion_fuse: u16;
@@ -120,6 +125,8 @@ pub(crate) fn semaphore(p: Probe) -> u16 {
             Probe::AcceptEstablishedPending => {
                 (&raw const __usdt_sema_tcp_accept__pending).read_volatile()
             }
+            Probe::ConnectRefused => (&raw const __usdt_sema_tcp_connect__refused).read_volatile(),
+            Probe::AcceptRefused => (&raw const __usdt_sema_tcp_accept__refused).read_volatile(),
             Probe::IpSend => (&raw const __usdt_sema_ip_send).read_volatile(),
             Probe::IpReceive => (&raw const __usdt_sema_ip_receive).read_volatile(),
             Probe::Fuse => (&raw const __usdt_sema_fusion_fuse).read_volatile(),
@@ -159,7 +166,10 @@ pub(crate) fn fire(ev: &ProbeEvent) {
     match ev.probe {
         Probe::TcpSend => tcp::send!(|| a),
         Probe::TcpReceive => tcp::receive!(|| a),
-        Probe::StateChange => tcp::state__change!(|| a),
+        // arg4: the new state, and the old one in the next byte.
+        Probe::StateChange => tcp::state__change!(|| (la, lp, ra, rp, len | ev.arg << 8, sq)),
+        Probe::ConnectRefused => tcp::connect__refused!(|| a),
+        Probe::AcceptRefused => tcp::accept__refused!(|| a),
         Probe::ConnectRequest => tcp::connect__request!(|| a),
         Probe::ConnectEstablished => tcp::connect__established!(|| a),
         Probe::AcceptEstablished => tcp::accept__established!(|| a),
