@@ -1,6 +1,7 @@
 //! ember's USDT probes seen by a real tracer (docs/PROBES.md): bpftrace attaches to this
 //! test process (`bpftrace -p`) while it moves data over a fused loopback connection, and
-//! counts `tcp:send` (with the probe's arguments checked) and `ip:send`.
+//! counts `tcp:send` (with the probe's arguments checked) and `ip:send`; `bpftrace -l`
+//! lists the probes `Probe::name` documents.
 //!
 //! Needs root and bpftrace (Debian package `bpftrace`; `.ci/run` installs it as root
 //! through tests/interop/install-tools). Without either, or where bpftrace cannot run at
@@ -9,7 +10,7 @@
 //! whole process, so no other stack may run in it meanwhile.
 
 use ember_runtime::dev::netns::run_bounded;
-use ember_runtime::{Stack, TcpListener, TcpStream};
+use ember_runtime::{Probe, Stack, TcpListener, TcpStream};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -90,6 +91,26 @@ fn bpftrace_counts_tcp_send_and_no_ip_send_on_a_fused_transfer() {
     }
     assert!(c.is_fused().unwrap(), "the loopback pair fused");
     let cport = c.local_addr().unwrap().port();
+
+    // bpftrace lists exactly the probes `Probe::name` documents.
+    let exe_path = std::env::current_exe().expect("test binary");
+    let o = run_bounded(
+        Command::new("bpftrace").args(["-l", &format!("usdt:{}:*", exe_path.display())]),
+        Duration::from_secs(60),
+    )
+    .expect("bpftrace -l");
+    let mut listed: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.rsplitn(3, ':');
+            let (name, provider) = (parts.next()?, parts.next()?);
+            Some(format!("{provider}:{name}"))
+        })
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = Probe::ALL.iter().map(|p| p.name().to_string()).collect();
+    want.sort();
+    assert_eq!(listed, want, "bpftrace -l");
 
     // Attached once BEGIN has run (bpftrace runs it after attaching every probe). The
     // predicate checks the arguments: 127.0.0.1 as its octets in memory (a little-endian
