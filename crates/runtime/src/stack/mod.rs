@@ -20,8 +20,8 @@
 //!   two ends share a squeue and can fuse.
 //! * **Probes** (docs/PROBES.md): an in-process subscriber API and the same probes as
 //!   USDT probes (`probes.rs`) for bpftrace or DTrace; with no subscriber and no tracer
-//!   a probe costs two loads (the subscriber flag, the probe's USDT semaphore) and one
-//!   predictable branch.
+//!   a probe costs the loads of the subscriber flag and of the probe's USDT semaphore and
+//!   one predictable branch.
 //! * **Filter**: a minimal IP filter (drop rules by protocol, addresses and ports). Adding
 //!   a rule unfuses every fused connection it matches, because fused data would bypass it.
 
@@ -561,7 +561,8 @@ impl StackInner {
     }
 
     /// Fires probe `p` in squeue `sq`. When nobody listens (no in-process subscriber, no
-    /// tracer attached to this USDT probe) this is two loads and one predictable branch.
+    /// tracer attached to this USDT probe) this is the flag's load, the semaphore's (via
+    /// the GOT) and one predictable branch.
     #[inline]
     pub(crate) fn probe(
         &self,
