@@ -947,6 +947,162 @@ fn probes_fused_connection_fires_tcp_not_ip() {
     st.shutdown();
 }
 
+/// The in-process twin of the bpftrace check (tests/usdt.rs, docs/PROBES.md): a fused
+/// transfer fires `tcp:send` for every write and no `ip:send` or `ip:receive` at all in
+/// the whole stack; the squeue probes fire too, with the connection's squeue index.
+#[test]
+fn probes_fused_transfer_tcp_send_no_ip_send_squeue_probes() {
+    const N: usize = 4 << 20;
+    const CHUNK: usize = 16 << 10;
+    let st = two_squeues();
+    let ev = collect_probes(&st);
+    let l = listener(&st);
+    let (c, s) = connect_to(&st, &l);
+    let (ca, sa) = addrs(&c);
+    assert!(c.is_fused().unwrap());
+    let mark = ev.lock().unwrap().len();
+    let data = Rng(0x5eed).bytes(N);
+    let got = thread::scope(|sc| {
+        let r = sc.spawn(|| {
+            let mut out = Vec::with_capacity(N);
+            let mut buf = vec![0u8; 64 << 10];
+            while out.len() < N {
+                let k = (&s).read(&mut buf).expect("read");
+                assert!(k > 0, "EOF after {} bytes", out.len());
+                out.extend_from_slice(&buf[..k]);
+            }
+            out
+        });
+        for chunk in data.chunks(CHUNK) {
+            (&c).write_all(chunk).expect("write");
+        }
+        r.join().expect("reader")
+    });
+    assert_same(&got, &data, "fused transfer");
+    let e: Vec<ProbeEvent> = ev.lock().unwrap()[mark..].to_vec();
+    let count = |p: Probe| e.iter().filter(|x| x.probe == p).count();
+    let sends: Vec<&ProbeEvent> = e
+        .iter()
+        .filter(|x| x.probe == Probe::TcpSend && x.local == ca)
+        .collect();
+    assert!(
+        sends.len() >= N / CHUNK,
+        "tcp:send per fused write: {} for {} writes",
+        sends.len(),
+        N / CHUNK
+    );
+    assert_eq!(sum_len(&e, Probe::TcpSend, ca), N);
+    assert_eq!(sum_len(&e, Probe::TcpReceive, sa), N);
+    assert_eq!(count(Probe::IpSend), 0, "no ip:send anywhere in the stack");
+    assert_eq!(
+        count(Probe::IpReceive),
+        0,
+        "no ip:receive anywhere in the stack"
+    );
+    // Both ends live on one squeue, named by every event of the connection.
+    let sq = sends[0].squeue;
+    assert!(sq < 2);
+    assert!(conn_events(&ev, mark, ca, sa)
+        .iter()
+        .all(|x| x.squeue == sq));
+    // Every socket call entered the squeue (inline when it found it idle).
+    let enters: Vec<&ProbeEvent> = e
+        .iter()
+        .filter(|x| x.probe == Probe::SqueueEnter && x.squeue == sq)
+        .collect();
+    assert!(
+        enters.len() >= N / CHUNK,
+        "squeue:enter: {} for {} writes",
+        enters.len(),
+        N / CHUNK
+    );
+    assert!(enters.iter().all(|x| x.enter_how().is_some()));
+    assert!(enters
+        .iter()
+        .any(|x| x.enter_how() == Some(ember_runtime::squeue::Enter::Inline)));
+    assert!(e
+        .iter()
+        .filter(|x| matches!(x.probe, Probe::SqueueEnter | Probe::SqueueDrain))
+        .all(|x| x.local.port() == 0 && x.remote.port() == 0));
+    // Shutdown: each worker takes its squeue and drains what is left, so both squeue
+    // probes fire for both squeues.
+    drop((c, s, l));
+    let mark = ev.lock().unwrap().len();
+    st.shutdown();
+    let e: Vec<ProbeEvent> = ev.lock().unwrap()[mark..].to_vec();
+    for q in 0..2 {
+        assert!(
+            e.iter().any(|x| x.probe == Probe::SqueueEnter
+                && x.squeue == q
+                && x.enter_how() == Some(ember_runtime::squeue::Enter::Worker)),
+            "squeue:enter by worker {q}: {e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|x| x.probe == Probe::SqueueDrain && x.squeue == q && x.arg > 0),
+            "squeue:drain of worker {q}: {e:?}"
+        );
+    }
+}
+
+/// `tcp:state-change` fires on every transition (new state in `len`, old in `arg`, as
+/// `State as usize`), and a connect to a closed port fires `tcp:accept-refused` (the SYN's
+/// receiver) and `tcp:connect-refused` (the connecting end).
+#[test]
+fn probes_state_changes_and_refusals() {
+    let st = two_squeues();
+    let ev = collect_probes(&st);
+    let closed: SocketAddrV4 = "127.0.0.1:1".parse().unwrap();
+    let e = TcpStream::connect_timeout(&st, closed, T).expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    let e = ev.lock().unwrap().clone();
+    let refused = |p: Probe| {
+        e.iter()
+            .filter(|x| x.probe == p)
+            .map(|x| (x.local, x.remote))
+            .collect::<Vec<_>>()
+    };
+    let a = refused(Probe::AcceptRefused);
+    assert!(a.len() == 1 && a[0].0 == closed, "{e:?}");
+    let c = refused(Probe::ConnectRefused);
+    assert_eq!(c, vec![(a[0].1, closed)], "{e:?}");
+    let changes = |ev: &[ProbeEvent], local: SocketAddrV4| {
+        ev.iter()
+            .filter(|x| x.probe == Probe::StateChange && x.local == local)
+            .map(|x| (x.arg as usize, x.len))
+            .collect::<Vec<_>>()
+    };
+    let (s, ss, est) = (
+        State::Closed as usize,
+        State::SynSent as usize,
+        State::Established as usize,
+    );
+    assert_eq!(changes(&e, a[0].1), vec![(s, ss), (ss, s)], "{e:?}");
+
+    let mark = ev.lock().unwrap().len();
+    let l = listener(&st);
+    let (c, srv) = connect_to(&st, &l);
+    let (ca, sa) = addrs(&c);
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!((&srv).read(&mut b).unwrap(), 0, "EOF");
+    let e = conn_events(&ev, mark, ca, sa);
+    let sr = State::SynReceived as usize;
+    let cl = changes(&e, ca);
+    let sv = changes(&e, sa);
+    assert_eq!(cl[..2], [(s, ss), (ss, est)], "{e:?}");
+    assert_eq!(sv[..2], [(s, sr), (sr, est)], "{e:?}");
+    assert!(cl.contains(&(est, State::FinWait1 as usize)), "{e:?}");
+    assert!(sv.contains(&(est, State::CloseWait as usize)), "{e:?}");
+    assert!(
+        e.iter()
+            .all(|x| x.probe != Probe::StateChange || x.arg != x.len as u64),
+        "a state-change changes the state: {e:?}"
+    );
+    drop((c, srv, l));
+    st.shutdown();
+}
+
 #[test]
 fn probes_unfused_connection_fires_ip() {
     let st = stack_with(&[("do_tcp_fusion", "0")]);

@@ -59,6 +59,38 @@ pub trait Perimeter: Send + 'static {
     /// Called when a thread is about to leave the squeue (after its drain): the place to
     /// send what the drain batched for the devices.
     fn leave(&mut self) {}
+    /// Called when a thread has taken squeue `sq` and holds its perimeter (the
+    /// `squeue:enter` probe). Must cost one predictable branch when nobody listens.
+    #[inline]
+    fn entered(&mut self, _sq: usize, _how: Enter) {}
+    /// Called when a drain of queued work begun at `since` ends, `ran` entries run (the
+    /// `squeue:drain` probe; the clock is for the hook to read, only when it fires).
+    #[inline]
+    fn drained(&mut self, _sq: usize, _ran: u64, _since: Instant) {}
+}
+
+/// How a thread came to own a squeue (the `squeue:enter` probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Enter {
+    /// A caller ran its own work at once on an idle squeue (process or nodrain mode).
+    Inline = 0,
+    /// A caller took the squeue to run work that was queued (its own queued item, or
+    /// the queue after shutdown).
+    Queued = 1,
+    /// The squeue's worker took it.
+    Worker = 2,
+}
+
+impl Enter {
+    /// The inverse of `Enter as u64`.
+    pub fn from_u64(v: u64) -> Option<Enter> {
+        match v {
+            0 => Some(Enter::Inline),
+            1 => Some(Enter::Queued),
+            2 => Some(Enter::Worker),
+            _ => None,
+        }
+    }
 }
 
 /// A queued work item.
@@ -457,7 +489,7 @@ impl<P: Perimeter> Squeue<P> {
         if !self.try_own() {
             return Err(f);
         }
-        Ok(self.try_process_owned(f))
+        Ok(self.try_process_owned(f, Enter::Inline))
     }
 
     /// [`Squeue::try_process`], retried for up to `spin` while the squeue is busy: a
@@ -498,7 +530,7 @@ impl<P: Perimeter> Squeue<P> {
     }
 
     /// Process mode once `busy` is ours: run `f`, drain for at most the limit, release.
-    fn try_process_owned<R, F: FnOnce(&mut P) -> R>(&self, f: F) -> R {
+    fn try_process_owned<R, F: FnOnce(&mut P) -> R>(&self, f: F, how: Enter) -> R {
         let mut reset = BusyReset {
             sq: self,
             armed: true,
@@ -509,6 +541,7 @@ impl<P: Perimeter> Squeue<P> {
         }
         self.stats.inline.fetch_add(1, Ordering::Relaxed);
         let mut data = self.own_data();
+        data.entered(self.id, how);
         let r = f(&mut data);
         let limit = Duration::from_nanos(self.drain_limit_ns.load(Ordering::Relaxed));
         let mut ran = 0u64;
@@ -535,6 +568,9 @@ impl<P: Perimeter> Squeue<P> {
                 handoff = true;
                 break;
             }
+        }
+        if let Some(t0) = t0 {
+            data.drained(self.id, ran, t0);
         }
         // A device kick that arrived while this thread owned the squeue (a frame from
         // another stack whose inline receive found us busy): service it here instead of
@@ -579,6 +615,7 @@ impl<P: Perimeter> Squeue<P> {
         let _d = DepthGuard::enter();
         self.stats.inline.fetch_add(1, Ordering::Relaxed);
         let mut data = self.own_data();
+        data.entered(self.id, Enter::Inline);
         let r = f(&mut data);
         data.leave();
         let next = data.next_deadline();
@@ -606,7 +643,7 @@ impl<P: Perimeter> Squeue<P> {
         while q.shutdown && !q.items.is_empty() {
             // No worker to hand off to any more: keep draining.
             drop(q);
-            next = self.worker_drain();
+            next = self.worker_drain(Enter::Queued);
             q = self.q.lock();
         }
         q.busy = false;
@@ -645,7 +682,7 @@ impl<P: Perimeter> Squeue<P> {
             // The worker is gone (or going): the appender drains.
             q.busy = true;
             drop(q);
-            let next = self.worker_drain();
+            let next = self.worker_drain(Enter::Queued);
             self.release(next, false);
         }
     }
@@ -705,7 +742,7 @@ impl<P: Perimeter> Squeue<P> {
             }
         };
         if owned {
-            self.try_process_owned(|_| ());
+            self.try_process_owned(|_| (), Enter::Queued);
         }
         let spin = if crate::sync::spin_may_help(self.owner_cpu.load(Ordering::Relaxed)) {
             self.spin()
@@ -750,7 +787,7 @@ impl<P: Perimeter> Squeue<P> {
                 let stop = q.shutdown;
                 drop(q);
                 self.stats.worker_drains.fetch_add(1, Ordering::Relaxed);
-                let next = self.worker_drain();
+                let next = self.worker_drain(Enter::Worker);
                 q = self.q.lock();
                 q.busy = false;
                 q.deadline = next;
@@ -782,7 +819,7 @@ impl<P: Perimeter> Squeue<P> {
 
     /// The worker owns the squeue: drain everything, service the perimeter, repeat until
     /// there is nothing left. Returns the perimeter's next deadline.
-    fn worker_drain(&self) -> Option<Instant> {
+    fn worker_drain(&self, how: Enter) -> Option<Instant> {
         let mut reset = BusyReset {
             sq: self,
             armed: true,
@@ -790,7 +827,9 @@ impl<P: Perimeter> Squeue<P> {
         let _d = DepthGuard::enter();
         let t0 = Instant::now();
         let mut data = self.own_data();
+        data.entered(self.id, how);
         let mut polled = false;
+        let mut ran = 0u64;
         loop {
             let mut did = false;
             loop {
@@ -798,6 +837,7 @@ impl<P: Perimeter> Squeue<P> {
                 let Some(item) = item else { break };
                 let _ = item.tag;
                 (item.work)(&mut data);
+                ran += 1;
                 #[cfg(not(loom))]
                 run_deferred();
                 did = true;
@@ -815,6 +855,7 @@ impl<P: Perimeter> Squeue<P> {
                 self.stats.poll_switches.fetch_add(1, Ordering::Relaxed);
             }
         }
+        data.drained(self.id, ran, t0);
         data.leave();
         let next = data.next_deadline();
         drop(data);

@@ -21,7 +21,7 @@
 //! sequence-number work is in the core (`Tcb::fused_send`, `Tcb::unfuse_pair`).
 
 use super::txq::{TxConfig, TxFrame, TxQueues};
-use super::{Probe, StackInner};
+use super::{probes, Probe, ProbeEvent, StackInner};
 use crate::classifier::{flow_hash, ConnLoc, Tuple};
 use crate::socket::shared::ready;
 use crate::socket::{ConnShared, ListenerShared};
@@ -107,6 +107,9 @@ pub(crate) struct Conn {
     pub tsq_rate: u64,
     /// Payload of its latest data segment (TSQ allows two of them).
     pub last_seg: u32,
+    /// The state `after` last saw (for `tcp:state-change`; a new connection starts from
+    /// CLOSED).
+    pub last_state: State,
 }
 
 impl Conn {
@@ -134,6 +137,7 @@ impl Conn {
             tsq_throttled: false,
             tsq_rate: 0,
             last_seg: 0,
+            last_state: State::Closed,
         }
     }
 }
@@ -219,6 +223,9 @@ pub(crate) struct Perim {
     /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
     /// reading it never touches the stack's reference count.
     pub host_deadline: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// An in-process probe subscriber listens (set by `Stack::subscribe`): the squeue
+    /// probes, which fire with no stack reference at hand, read this.
+    pub probing: bool,
 }
 
 impl Perim {
@@ -245,11 +252,24 @@ impl Perim {
             batching: false,
             touched: Vec::new(),
             host_deadline: None,
+            probing: false,
         }
     }
 
     fn stack(&self) -> Option<Arc<StackInner>> {
         self.st.upgrade()
+    }
+
+    /// Fires a squeue probe (someone listens: out of line).
+    #[cold]
+    #[inline(never)]
+    fn fire_sq(&self, p: Probe, sq: usize, len: usize, arg: u64) {
+        let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+        let ev = ProbeEvent::new(p, sq, any, any, len, arg);
+        match self.stack() {
+            Some(st) => st.fire(&ev),
+            None => probes::fire(&ev),
+        }
     }
 
     // ---------------------------------------------------------------------------------
@@ -276,7 +296,7 @@ impl Perim {
             self.stats.filtered += 1;
             return;
         }
-        st.probe(Probe::IpReceive, local, remote, seg.bytes.len());
+        st.probe(self.id, Probe::IpReceive, local, remote, seg.bytes.len());
         match st.classifier.lookup(&(local, remote)) {
             Some(loc) if loc.sq == self.id => {
                 let pieces = (seg.segs, seg.gso_size);
@@ -293,6 +313,9 @@ impl Perim {
                     Some(l) => self.listen_input(st, now, &l, local, remote, &repr, payload, None),
                     None => {
                         self.stats.in_closed += 1;
+                        if repr.flags.syn() && !repr.flags.ack() {
+                            st.probe(self.id, Probe::AcceptRefused, local, remote, 0);
+                        }
                         self.reply_rst(st, now, local, remote, &repr, payload);
                     }
                 }
@@ -340,7 +363,7 @@ impl Perim {
             self.unfuse(st, now, key);
         }
         if let Some(c) = self.conns.get_mut(key) {
-            st.probe(Probe::TcpReceive, local, remote, payload.len());
+            st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
             if segs > 1 {
                 // Segments coalesced on receive (GRO), or a large loopback segment: the
                 // ACK and counters are those of the pieces.
@@ -470,7 +493,7 @@ impl Perim {
         }
         l.syn_q.fetch_add(1, Ordering::Relaxed);
         self.stats.passive_opens += 1;
-        st.probe(Probe::AcceptEstablishedPending, local, remote, 0);
+        st.probe(self.id, Probe::AcceptEstablishedPending, local, remote, 0);
         self.flush(st, now, key);
     }
 
@@ -522,7 +545,7 @@ impl Perim {
             let mut bytes = vec![0u8; front + hl + n];
             out.repr.emit_header(&mut bytes[front..front + hl]);
             out.copy_payload(&mut bytes[front + hl..]);
-            st.probe(Probe::TcpSend, local, remote, n);
+            st.probe(self.id, Probe::TcpSend, local, remote, n);
             let tx = Tx {
                 owner: owner_tag(key),
                 gso,
@@ -627,7 +650,7 @@ impl Perim {
             self.stats.filtered += 1;
             return None;
         }
-        st.probe(Probe::IpSend, local, remote, bytes.len() - front);
+        st.probe(self.id, Probe::IpSend, local, remote, bytes.len() - front);
         // A framed segment was built for a device: its caller has found the destination
         // not local already.
         if !framed && st.is_local_addr(*remote.ip()) {
@@ -755,12 +778,33 @@ impl Perim {
         };
         let ev = c.tcb.take_events();
         let closed = c.tcb.is_closed();
+        let state = c.tcb.state();
+        if state != c.last_state {
+            // Rare (a few times per connection): the probe check is behind this branch.
+            let old = std::mem::replace(&mut c.last_state, state);
+            let (l, r) = (c.tcb.local(), c.tcb.remote());
+            st.probe_arg(
+                self.id,
+                Probe::StateChange,
+                l,
+                r,
+                state as usize,
+                old as u64,
+            );
+            if state == State::Closed
+                && old == State::SynSent
+                && c.tcb.error() == Some(TcpError::Refused)
+            {
+                st.probe(self.id, Probe::ConnectRefused, l, r, 0);
+            }
+        }
         let deadline = if closed { None } else { c.tcb.poll_timeout() };
         self.wheel.update(&mut c.timer, key, deadline);
         if ev.contains(Events::CONNECTED) {
             let (l, r) = (c.tcb.local(), c.tcb.remote());
             let passive = c.tcb.is_passive();
             st.probe(
+                self.id,
                 if passive {
                     Probe::AcceptEstablished
                 } else {
@@ -809,9 +853,6 @@ impl Perim {
             // new connection may reuse it), as Linux unhashes a closed socket.
             let t = (c.tcb.local(), c.tcb.remote());
             st.classifier.remove(&t, ConnLoc { sq: self.id, key });
-        }
-        if ev.contains(Events::CONNECTED) && !c.tcb.is_passive() {
-            st.probe(Probe::StateChange, c.tcb.local(), c.tcb.remote(), 0);
         }
         self.publish(key);
     }
@@ -947,7 +988,7 @@ impl Perim {
                 self.wheel.update(&mut b.timer, loc.key, None);
                 self.stats.fusion_fused_total += 1;
                 self.stats.fusion_fused_now += 1;
-                st.probe(Probe::Fuse, l, r, 0);
+                st.probe(self.id, Probe::Fuse, l, r, 0);
             }
             Err(ember_core::tcp::FuseRefusal::SimultaneousOpen)
             | Err(ember_core::tcp::FuseRefusal::Unfusable) => {
@@ -983,7 +1024,7 @@ impl Perim {
         a.flowctl_full = false;
         b.flowctl_full = false;
         self.stats.fusion_fused_now = self.stats.fusion_fused_now.saturating_sub(1);
-        st.probe(Probe::Unfuse, a.tcb.local(), a.tcb.remote(), 0);
+        st.probe(self.id, Probe::Unfuse, a.tcb.local(), a.tcb.remote(), 0);
     }
 
     // ---------------------------------------------------------------------------------
@@ -1049,7 +1090,7 @@ impl Perim {
                 w.flowctl_rrw = true;
                 self.stats.fusion_flowctl += 1;
                 self.stats.fusion_rrw_stops += 1;
-                st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 1);
+                st.probe(self.id, Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 1);
             }
             self.publish(key);
             return Err(io::ErrorKind::WouldBlock.into());
@@ -1059,8 +1100,8 @@ impl Perim {
             r.unread = r.unread.saturating_add(1);
             self.stats.fusion_putnext += 1;
             self.stats.fusion_bytes += n as u64;
-            st.probe(Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
-            st.probe(Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
+            st.probe(self.id, Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
+            st.probe(self.id, Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
             let _ = r.tcb.take_events();
         }
         // The reader's buffer took less than offered, or nothing: the writer is stopped
@@ -1072,7 +1113,7 @@ impl Perim {
         if full && !w.flowctl_full {
             w.flowctl_full = true;
             self.stats.fusion_flowctl += 1;
-            st.probe(Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
+            st.probe(self.id, Probe::FlowCtl, w.tcb.local(), w.tcb.remote(), 0);
         }
         match res {
             Ok(n) => {
@@ -1265,7 +1306,7 @@ impl Perim {
             .insert(Conn::new(tcb, shared.clone(), None, is_local));
         debug_assert_eq!(k, key);
         self.stats.active_opens += 1;
-        st.probe(Probe::ConnectRequest, local, remote, 0);
+        st.probe(self.id, Probe::ConnectRequest, local, remote, 0);
         self.flush(st, now, key);
         self.run_lo(st, now);
         Ok(shared)
@@ -1447,6 +1488,26 @@ impl Perimeter for Perim {
             return Some(std::time::Instant::now());
         }
         d.map(crate::clock::to_std)
+    }
+
+    #[inline]
+    fn entered(&mut self, sq: usize, how: crate::squeue::Enter) {
+        if (u16::from(self.probing) | probes::semaphore(Probe::SqueueEnter)) != 0 {
+            self.fire_sq(Probe::SqueueEnter, sq, 0, how as u64);
+        }
+    }
+
+    #[inline]
+    fn drained(&mut self, sq: usize, ran: u64, since: std::time::Instant) {
+        if (u16::from(self.probing) | probes::semaphore(Probe::SqueueDrain)) != 0 {
+            let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.fire_sq(
+                Probe::SqueueDrain,
+                sq,
+                usize::try_from(ran).unwrap_or(usize::MAX),
+                ns,
+            );
+        }
     }
 
     fn leave(&mut self) {
