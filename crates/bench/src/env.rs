@@ -145,14 +145,13 @@ pub struct Env {
 }
 
 fn stack_builder(cfg: &EnvConfig, fusion: bool) -> io::Result<ember_runtime::StackBuilder> {
-    let mut b = Stack::builder()
-        .squeues(cfg.squeues.max(1))
-        .param("do_tcp_fusion", if fusion { "1" } else { "0" })
-        .map_err(param_err)?;
-    for (k, v) in &cfg.params {
-        b = b.param(k, v).map_err(param_err)?;
-    }
-    Ok(b)
+    // All at once: relations between tunables are checked after the last, so the order
+    // of the settings does not matter.
+    let mut pairs = vec![("do_tcp_fusion", if fusion { "1" } else { "0" })];
+    pairs.extend(cfg.params.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut p = ember_core::Params::default();
+    p.set_many(&pairs).map_err(param_err)?;
+    Ok(Stack::builder().squeues(cfg.squeues.max(1)).params(p))
 }
 
 fn param_err(e: ember_core::params::ParamError) -> io::Error {

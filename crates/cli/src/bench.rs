@@ -60,10 +60,13 @@ pub fn main(a: BenchArgs) -> ExitCode {
         }
     };
     // EMBER_<NAME> environment settings first, the command line's --param after them.
-    let mut params: Vec<(String, String)> = ember_core::Params::env_settings(std::env::vars())
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+    let mut params = match crate::link::env_params() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ember bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
     for p in &a.params {
         match p.split_once('=') {
             Some((k, v)) => params.push((k.trim().to_string(), v.trim().to_string())),

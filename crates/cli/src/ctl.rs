@@ -7,7 +7,7 @@
 //! settings without any stack (as before the control socket existed).
 
 use clap::Args;
-use ember_runtime::control::{self, find_stack, list_stacks, ndd_list, request};
+use ember_runtime::control::{self, find_stack, list_stacks, ndd_list, request, request_within};
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -211,7 +211,7 @@ pub fn ls() -> ExitCode {
         "ID", "COMMAND", "SQUEUES", "ADDRESSES", "CONNECTIONS", "UPTIME_S"
     );
     for s in stacks {
-        match request(&s.path, "info") {
+        match request_within(&s.path, "info", std::time::Duration::from_secs(2)) {
             Ok(body) => {
                 let get = |k: &str| {
                     body.lines()

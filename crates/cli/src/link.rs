@@ -92,19 +92,16 @@ impl LinkArgs {
     pub fn check(&self, extra_params: Vec<(String, String)>) -> Result<Link, String> {
         let mut params = extra_params;
         // Then the environment's EMBER_<NAME> settings, then the command line.
-        for (k, v) in ember_core::Params::env_settings(std::env::vars()) {
-            params.push((k.to_string(), v));
-        }
+        params.extend(env_params()?);
         for p in &self.params {
             let (k, v) = p
                 .split_once('=')
                 .ok_or_else(|| format!("--param {p:?}: expected NAME=VALUE"))?;
             params.push((k.to_string(), v.to_string()));
         }
-        let mut check = ember_core::Params::default();
-        for (k, v) in &params {
-            check.set(k, v).map_err(|e| format!("param {k}: {e}"))?;
-        }
+        // All at once: relations between tunables (buffers, RTO bounds) are checked
+        // after the last, so the order the settings come in does not matter.
+        stack_params(&params)?;
         let kind = match (&self.tap, &self.af_packet) {
             (Some(_), Some(_)) => return Err("give one of --tap and --af-packet, not both".into()),
             (Some(t), None) => LinkKind::Tap(t.clone()),
@@ -352,6 +349,57 @@ fn wrap_queues(l: &Link, queues: Vec<Arc<dyn Device>>) -> Result<Wrapped, String
     Ok((out, caps))
 }
 
+/// Environment variables that are ember's but not tunables.
+const NOT_TUNABLES: &[&str] = &["LOG", "CONTROL_DIR", "PD_TRACE", "PACKETDRILL_CORPUS"];
+
+/// The tunables `EMBER_<NAME>` environment variables set (`ember_core::Params::env_settings`).
+/// A tunable's variable whose value is not UTF-8 is an error; an `EMBER_` variable that
+/// looks like a misspelt tunable is reported (with the nearest names) and ignored, since
+/// other programs' `EMBER_` variables may be set too. Never panics on a non-UTF-8
+/// environment.
+pub fn env_params() -> Result<Vec<(String, String)>, String> {
+    let mut vars = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        let Some(rest) = k.strip_prefix("EMBER_") else {
+            continue;
+        };
+        let name = rest.to_ascii_lowercase();
+        if ember_core::Params::NAMES.contains(&name.as_str()) && rest == name.to_ascii_uppercase() {
+            let v = v
+                .to_str()
+                .ok_or_else(|| format!("{k}: the value is not UTF-8"))?;
+            vars.push((k.to_string(), v.to_string()));
+        } else if !NOT_TUNABLES.contains(&rest) {
+            let near = ember_core::Params::nearest(&name);
+            if !near.is_empty() {
+                eprintln!(
+                    "ember: ignoring {k}: no tunable {name}; nearest: {}",
+                    near.join(", ")
+                );
+            }
+        }
+    }
+    Ok(ember_core::Params::env_settings(vars)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect())
+}
+
+/// The tunables `pairs` make, applied together (`Params::set_many`).
+pub fn stack_params(pairs: &[(String, String)]) -> Result<ember_core::Params, String> {
+    let mut p = ember_core::Params::default();
+    let refs: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    p.set_many(&refs).map_err(|e| match &e {
+        ember_core::params::ParamError::Unknown(n) => format!("param {n}: {e}"),
+        ember_core::params::ParamError::Invalid { .. } => format!("param {e}"),
+    })?;
+    Ok(p)
+}
+
 /// Opens the device and starts a stack on it.
 pub fn start(l: &Link) -> Result<Running, String> {
     // The MAC the stack would derive itself; AF_PACKET needs to know it to filter frames.
@@ -402,9 +450,7 @@ pub fn start(l: &Link) -> Result<Running, String> {
         },
         queues,
     );
-    for (k, v) in &l.params {
-        b = b.param(k, v).map_err(|e| format!("param {k}: {e}"))?;
-    }
+    b = b.params(stack_params(&l.params)?);
     if let Some(g) = l.gw {
         b = b.route(Ipv4Addr::UNSPECIFIED, 0, Some(g));
     }

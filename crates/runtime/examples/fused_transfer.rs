@@ -4,8 +4,9 @@
 //!
 //! Run: `cargo run --release -p ember-runtime --example fused_transfer -- [SECONDS]`, and
 //! as root, while it runs:
-//! `bpftrace -p PID -e 'usdt:/proc/PID/exe:tcp:send { @send = count(); }
-//!  usdt:/proc/PID/exe:ip:send { @ipsend = count(); } interval:s:5 { exit(); }'`
+//! `bpftrace -p PID -e 'usdt:EXE:tcp:send { @send = count(); }
+//!  usdt:EXE:ip:send { @ipsend = count(); } interval:s:5 { exit(); }'` with EXE the
+//! binary's real path (`readlink -f /proc/PID/exe`; see docs/PROBES.md).
 
 use ember_runtime::{Stack, TcpListener, TcpStream};
 use std::io::{Read, Write};

@@ -11,7 +11,8 @@
 //!
 //! The protocol is one request line (at most [`MAX_REQUEST`] bytes, UTF-8) and one
 //! response, after which the server closes the connection. The response's first line is
-//! `ok` or `error KIND: MESSAGE` (KIND one of `invalid`, `not-found`, `busy`, `gone`);
+//! `ok` or `error KIND: MESSAGE` (KIND one of `invalid`, `not-found`, `busy`, `gone`,
+//! `timeout`);
 //! the rest is text for a person. Requests:
 //!
 //! | request | answer |
@@ -25,15 +26,17 @@
 //!
 //! The server runs on a thread of its own, never in a squeue, and holds only a weak
 //! reference to the stack, so it neither keeps a dropped stack alive nor can stall one:
-//! a client that sends nothing is cut off after [`IO_TIMEOUT`], an oversized or malformed
-//! request gets an error, and at most [`MAX_CLIENTS`] requests run at once (more get
-//! `busy`). Dropping the [`ControlServer`] stops the thread and removes the socket.
+//! a request must arrive whole within [`IO_TIMEOUT`] and its answer be taken within
+//! [`ANSWER_TIMEOUT`] (deadlines for the whole exchange, not per read), an oversized or
+//! malformed request gets an error, at most [`MAX_CLIENTS`] requests run at once (more get
+//! `busy`), and requests that visit every squeue (`kstat`, `netstat`) run one at a time.
+//! Dropping the [`ControlServer`] stops the thread and removes the socket.
 
 use crate::stack::{Stack, StackInner};
 use ember_core::params::{ParamError, Params};
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -43,8 +46,10 @@ use std::time::{Duration, Instant};
 
 /// Longest request line, in bytes (the newline included).
 pub const MAX_REQUEST: usize = 4096;
-/// How long a client may take to send its request or to take the response.
+/// How long a client may take to send its whole request.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client may take to read the whole answer.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests served at once; more are answered `busy`.
 pub const MAX_CLIENTS: usize = 4;
 /// Largest response a client accepts (a netstat of a million connections fits).
@@ -61,7 +66,11 @@ static NEXT_STACK: AtomicU32 = AtomicU32::new(1);
 pub fn control_dir() -> io::Result<PathBuf> {
     let dir = if let Some(d) = std::env::var_os("EMBER_CONTROL_DIR") {
         PathBuf::from(d)
-    } else if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+    } else if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR")
+        // Not a runtime directory of another user's (root run with `sudo -E`): its
+        // `ember` directory would then be root's, and lock the user out of their own.
+        .filter(|d| std::fs::metadata(d).is_ok_and(|m| Some(m.uid()) == my_uid().ok()))
+    {
         PathBuf::from(d).join("ember")
     } else {
         PathBuf::from(format!("/tmp/ember-{}", my_uid()?))
@@ -129,19 +138,29 @@ impl ControlServer {
         // A socket left by a process that had our PID before us.
         let _ = std::fs::remove_file(&path);
         let listener = Arc::new(UnixListener::bind(&path)?);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let stop = Arc::new(AtomicBool::new(false));
         let ctx = Ctx {
             stack: Arc::downgrade(&stack.inner),
             id: id.clone(),
             started: Instant::now(),
             busy: Arc::new(AtomicUsize::new(0)),
+            heavy: Arc::new(std::sync::Mutex::new(())),
         };
         let s2 = stop.clone();
         let l2 = listener.clone();
-        let thread = std::thread::Builder::new()
-            .name("ember-control".into())
-            .spawn(move || serve(&l2, ctx, s2))?;
+        let thread = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .and_then(|()| {
+                std::thread::Builder::new()
+                    .name("ember-control".into())
+                    .spawn(move || serve(&l2, ctx, s2))
+            });
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
         Ok(ControlServer {
             path,
             id,
@@ -181,6 +200,17 @@ struct Ctx {
     id: String,
     started: Instant,
     busy: Arc<AtomicUsize>,
+    /// Held by a request that visits every squeue (`kstat`, `netstat`): one at a time.
+    heavy: Arc<std::sync::Mutex<()>>,
+}
+
+/// Gives a request slot back when its thread ends, however it ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Makes a thread blocked in `accept` on `l` return (with `EINVAL`), whether or not the
@@ -197,7 +227,7 @@ fn serve(listener: &UnixListener, ctx: Ctx, stop: Arc<AtomicBool>) {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let mut conn = match conn {
+        let conn = match conn {
             Ok(c) => c,
             // The listener was shut down.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return,
@@ -207,37 +237,96 @@ fn serve(listener: &UnixListener, ctx: Ctx, stop: Arc<AtomicBool>) {
                 continue;
             }
         };
-        let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
-        let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+        let slot = Slot(ctx.busy.clone());
         if ctx.busy.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
-            ctx.busy.fetch_sub(1, Ordering::SeqCst);
-            let _ = conn.write_all(b"error busy: too many control requests at once\n");
+            drop(slot);
+            let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+            let _ = (&conn).write_all(b"error busy: too many control requests at once\n");
             continue;
         }
         let c = ctx.clone();
-        let spawned = std::thread::Builder::new()
+        // A failed spawn drops the closure, and with it the slot.
+        let _ = std::thread::Builder::new()
             .name("ember-control-req".into())
             .spawn(move || {
+                let _slot = slot;
                 answer(&c, conn);
-                c.busy.fetch_sub(1, Ordering::SeqCst);
             });
-        if spawned.is_err() {
-            ctx.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Reads one line of at most [`MAX_REQUEST`] bytes from `conn` by `deadline`: `Ok(None)`
+/// when it is longer.
+fn read_request(conn: &UnixStream, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(err(
+                io::ErrorKind::TimedOut,
+                "the request did not arrive in time",
+            ));
+        }
+        conn.set_read_timeout(Some(left))?;
+        let n = match (&*conn).read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(err(
+                    io::ErrorKind::TimedOut,
+                    "the request did not arrive in time",
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(Some(line));
+        }
+        match buf[..n].iter().position(|&b| b == b'\n') {
+            Some(i) if line.len() + i < MAX_REQUEST => {
+                line.extend_from_slice(&buf[..i]);
+                return Ok(Some(line));
+            }
+            None if line.len() + n < MAX_REQUEST => line.extend_from_slice(&buf[..n]),
+            _ => return Ok(None),
         }
     }
 }
 
+/// Writes `out` to `conn` by `deadline` (a reader that takes it too slowly is cut off).
+fn write_answer(conn: &UnixStream, out: &[u8], deadline: Instant) -> io::Result<()> {
+    let mut at = 0;
+    while at < out.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(err(io::ErrorKind::TimedOut, "answer not taken in time"));
+        }
+        conn.set_write_timeout(Some(left))?;
+        match (&*conn).write(&out[at..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Reads one request from `conn`, answers it, closes.
 fn answer(ctx: &Ctx, conn: UnixStream) {
-    let mut r = BufReader::new(&conn).take(MAX_REQUEST as u64);
-    let mut line = Vec::new();
-    let reply = match r.read_until(b'\n', &mut line) {
-        Ok(_) if line.last() != Some(&b'\n') && line.len() >= MAX_REQUEST => Err(err(
+    let reply = match read_request(&conn, Instant::now() + IO_TIMEOUT) {
+        Ok(None) => Err(err(
             io::ErrorKind::InvalidInput,
             format!("request longer than {MAX_REQUEST} bytes"),
         )),
-        Ok(0) => Err(err(io::ErrorKind::InvalidInput, "empty request")),
-        Ok(_) => match std::str::from_utf8(&line) {
+        Ok(Some(line)) if line.is_empty() => Err(err(io::ErrorKind::InvalidInput, "empty request")),
+        Ok(Some(line)) => match std::str::from_utf8(&line) {
             Ok(s) => handle(ctx, s.trim()),
             Err(_) => Err(err(io::ErrorKind::InvalidInput, "request is not UTF-8")),
         },
@@ -260,8 +349,7 @@ fn answer(ctx: &Ctx, conn: UnixStream) {
             let _ = writeln!(out, "error {kind}: {msg}");
         }
     }
-    let mut w = &conn;
-    let _ = w.write_all(&out);
+    let _ = write_answer(&conn, &out, Instant::now() + ANSWER_TIMEOUT);
     let _ = conn.shutdown(std::net::Shutdown::Both);
 }
 
@@ -293,16 +381,19 @@ fn handle(ctx: &Ctx, req: &str) -> io::Result<String> {
                 )
             }),
         ["ndd", "set", name, value] => {
-            stack.set_param(name, value)?;
+            stack.set_param(name, value).map_err(|e| match e {
+                ParamError::Unknown(_) => err(io::ErrorKind::NotFound, e.to_string()),
+                e => e.into(),
+            })?;
             Ok(format!(
                 "{name} {}\n",
                 stack.params().get(name).unwrap_or_default()
             ))
         }
-        ["kstat"] => Ok(kstat(&stack, None)?),
-        ["kstat", filter] => Ok(kstat(&stack, Some(filter))?),
-        ["netstat"] => Ok(netstat(&stack, false)),
-        ["netstat", "-f"] => Ok(netstat(&stack, true)),
+        ["kstat"] => heavy(ctx, || kstat(&stack, None)),
+        ["kstat", filter] => heavy(ctx, || kstat(&stack, Some(filter))),
+        ["netstat"] => heavy(ctx, || Ok(netstat(&stack, false))),
+        ["netstat", "-f"] => heavy(ctx, || Ok(netstat(&stack, true))),
         _ => Err(err(
             io::ErrorKind::InvalidInput,
             format!(
@@ -312,6 +403,13 @@ fn handle(ctx: &Ctx, req: &str) -> io::Result<String> {
             ),
         )),
     }
+}
+
+/// Runs a request that visits every squeue, one at a time: however many clients ask, the
+/// squeues serve at most one of them at once.
+fn heavy(ctx: &Ctx, f: impl FnOnce() -> io::Result<String>) -> io::Result<String> {
+    let _one = ctx.heavy.lock().unwrap_or_else(|e| e.into_inner());
+    f()
 }
 
 fn info(ctx: &Ctx, stack: &Stack) -> String {
@@ -517,6 +615,12 @@ fn netstat(stack: &Stack, full: bool) -> String {
 /// Sends one request line to the control socket at `path` and returns the body of an
 /// `ok` answer; an `error` answer becomes an `io::Error` of the matching kind.
 pub fn request(path: &Path, line: &str) -> io::Result<String> {
+    // Counters are summed across squeues and netstat visits each: allow the stack time.
+    request_within(path, line, Duration::from_secs(30))
+}
+
+/// [`request`], waiting at most `wait` for each read of the answer.
+pub fn request_within(path: &Path, line: &str, wait: Duration) -> io::Result<String> {
     if line.contains('\n') || line.len() >= MAX_REQUEST {
         return Err(err(
             io::ErrorKind::InvalidInput,
@@ -525,8 +629,7 @@ pub fn request(path: &Path, line: &str) -> io::Result<String> {
     }
     let mut c = UnixStream::connect(path)?;
     c.set_write_timeout(Some(IO_TIMEOUT))?;
-    // Counters are summed across squeues and netstat visits each: allow the stack time.
-    c.set_read_timeout(Some(Duration::from_secs(30)))?;
+    c.set_read_timeout(Some(wait))?;
     // A server that answers without reading (`busy`) may close before the request is
     // written: its answer still counts.
     let sent = c
@@ -581,12 +684,16 @@ pub fn list_stacks(dir: Option<&Path>) -> io::Result<Vec<StackRef>> {
         let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sock")) else {
             continue;
         };
-        let Some(pid) = id.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+        if !is_stack_id(id) || !e.file_type().is_ok_and(|t| t.is_socket()) {
             continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_file(e.path());
-            continue;
+        }
+        // Nobody listens any more (its process ended without removing it): clean up.
+        // Any other outcome (a live stack, a permission problem) keeps the entry.
+        if let Err(x) = UnixStream::connect(e.path()) {
+            if x.kind() == io::ErrorKind::ConnectionRefused {
+                let _ = std::fs::remove_file(e.path());
+                continue;
+            }
         }
         v.push(StackRef {
             id: id.to_string(),
@@ -600,6 +707,14 @@ pub fn list_stacks(dir: Option<&Path>) -> io::Result<Vec<StackRef>> {
     Ok(v)
 }
 
+/// `PID.N`, both decimal numbers.
+fn is_stack_id(id: &str) -> bool {
+    let mut it = id.split('.');
+    let num =
+        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    num(it.next()) && num(it.next()) && it.next().is_none()
+}
+
 /// Chooses the stack a command talks to: `which` is an ID (`PID.N`, or a PID with one
 /// stack), or a socket path; without it, the only stack running.
 pub fn find_stack(which: Option<&str>, dir: Option<&Path>) -> io::Result<PathBuf> {
@@ -608,6 +723,7 @@ pub fn find_stack(which: Option<&str>, dir: Option<&Path>) -> io::Result<PathBuf
             return Ok(PathBuf::from(w));
         }
     }
+    let which = which.map(|w| w.strip_suffix(".sock").unwrap_or(w));
     let all = list_stacks(dir)?;
     let pick: Vec<&StackRef> = match which {
         None => all.iter().collect(),

@@ -122,6 +122,7 @@ fn ndd_set_through_the_socket_changes_the_slow_reader_limit_and_kstat_moves() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(e.to_string().contains("valid: 0..=1048576"), "{e}");
     let e = control::request(&p, "ndd set tcp_fusion_rcv_unread_mni 3").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
     assert!(
         e.to_string().contains("nearest: tcp_fusion_rcv_unread_min"),
         "{e}"
@@ -217,6 +218,24 @@ fn hostile_clients_get_errors_and_do_not_stall_anything() {
     assert!(raw(b"reboot now\n").starts_with("error invalid: unknown request"));
     assert!(raw(b"ndd set a\n").starts_with("error invalid: unknown request"));
     assert!(raw(b"\0\0\0\n").starts_with("error invalid"));
+    // A client that drips its request a byte at a time is cut off at the deadline for
+    // the whole request, not kept for as long as each byte comes within a read timeout.
+    let t0 = Instant::now();
+    let mut drip = UnixStream::connect(&p).unwrap();
+    drip.set_read_timeout(Some(T)).unwrap();
+    let mut got = String::new();
+    for _ in 0..200 {
+        if drip.write_all(b"k").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if t0.elapsed() > control::IO_TIMEOUT + Duration::from_secs(1) {
+            break;
+        }
+    }
+    let _ = drip.read_to_string(&mut got);
+    assert!(got.starts_with("error timeout"), "{got:?}");
+    assert!(t0.elapsed() < control::IO_TIMEOUT + Duration::from_secs(2));
     // The client refuses to send a second line.
     assert_eq!(
         control::request(&p, "info\nndd list").unwrap_err().kind(),
@@ -298,10 +317,20 @@ fn stacks_are_found_by_id_and_path() {
         .map(|s| s.id)
         .collect();
     assert_eq!(ids, vec![sa.id().to_string(), sb.id().to_string()]);
-    // A socket of a process that has exited is cleaned up.
-    std::fs::write(dir.join("4000000000.1.sock"), b"").unwrap();
+    // A socket nobody listens on any more (its process ended without removing it) is
+    // cleaned up; files that are not sockets, or not named PID.N.sock, are left alone.
+    drop(std::os::unix::net::UnixListener::bind(dir.join("4000000000.1.sock")).unwrap());
+    std::fs::write(dir.join("4000000000.2.sock"), b"").unwrap();
+    std::fs::write(dir.join("notes.1.sock"), b"").unwrap();
     assert_eq!(control::list_stacks(Some(&dir)).unwrap().len(), 2);
     assert!(!dir.join("4000000000.1.sock").exists());
+    assert!(dir.join("4000000000.2.sock").exists() && dir.join("notes.1.sock").exists());
+    // `--stack` takes the socket's file name too.
+    let file = format!("{}.sock", sb.id());
+    assert_eq!(
+        control::find_stack(Some(&file), Some(&dir)).unwrap(),
+        sb.path()
+    );
     drop((sa, sb));
     a.shutdown();
     b.shutdown();

@@ -386,12 +386,20 @@ fn observe(c: &mut Ctx) -> Result<Value, String> {
         }
         Ok(String::from_utf8_lossy(&o.stdout).to_string())
     };
+    let before = ember(&["ndd", "--stack", &path, "tcp_xmit_hiwat"])?;
     let ls = ember(&["ls"]);
     let netstat = ember(&["netstat", "--stack", &path]);
     let kstat = ember(&["kstat", "--stack", &path, "tcp"]);
     let set = ember(&["ndd", "--stack", &path, "-set", "tcp_xmit_hiwat", "262144"]);
     let get = ember(&["ndd", "--stack", &path, "tcp_xmit_hiwat"]);
-    let reset = ember(&["ndd", "--stack", &path, "-set", "tcp_xmit_hiwat", "128000"]);
+    let reset = ember(&[
+        "ndd",
+        "--stack",
+        &path,
+        "-set",
+        "tcp_xmit_hiwat",
+        before.trim(),
+    ]);
     let t = Instant::now();
     while wrk.try_wait().map_err(|e| e.to_string())?.is_none() {
         if t.elapsed() > Duration::from_secs(30) {
@@ -408,7 +416,10 @@ fn observe(c: &mut Ctx) -> Result<Value, String> {
         .and_then(|s| s.to_str())
         .unwrap_or_default()
         .to_string();
-    if !ls.lines().any(|l| l.starts_with(&id)) {
+    if !ls
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(id.as_str()))
+    {
         return Err(format!("ember ls does not list {id}:\n{ls}"));
     }
     let estab: Vec<&str> = netstat

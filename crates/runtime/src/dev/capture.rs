@@ -84,6 +84,9 @@ struct Sink {
 pub struct Capture {
     inner: Arc<dyn Device>,
     shared: Arc<Shared>,
+    /// The first capture of the file (made by `to_writer`, not `share`): the one that
+    /// reports the shared counters, so an interface's queues do not count them N times.
+    leader: bool,
 }
 
 /// The file and counters, shared by the captures of several queues of one interface.
@@ -138,6 +141,7 @@ impl Capture {
         out.clone().flush()?;
         Ok(Capture {
             inner,
+            leader: true,
             shared: Arc::new(Shared {
                 sink: Mutex::new(Sink {
                     w: Some(w),
@@ -158,6 +162,7 @@ impl Capture {
         Capture {
             inner,
             shared: self.shared.clone(),
+            leader: false,
         }
     }
 
@@ -278,6 +283,9 @@ impl Device for Capture {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v = self.inner.counters();
+        if !self.leader {
+            return v;
+        }
         let s = self.stats();
         v.extend([
             ("capture_frames", s.captured),

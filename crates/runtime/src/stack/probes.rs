@@ -27,6 +27,8 @@
 //! (`connect__request` is `tcp:connect-request`), the DTrace convention the crate follows.
 
 use super::{Probe, ProbeEvent};
+#[cfg(target_os = "linux")]
+use std::sync::atomic::{AtomicU16, Ordering};
 
 #[usdt::provider]
 mod tcp {
@@ -81,22 +83,22 @@ pub(crate) fn register() {
 #[cfg(target_os = "linux")]
 #[allow(non_upper_case_globals)]
 extern "C" {
-    static __usdt_sema_tcp_send: u16;
-    static __usdt_sema_tcp_receive: u16;
-    static __usdt_sema_tcp_state__change: u16;
-    static __usdt_sema_tcp_connect__request: u16;
-    static __usdt_sema_tcp_connect__established: u16;
-    static __usdt_sema_tcp_accept__established: u16;
-    static __usdt_sema_tcp_accept__pending: u16;
-    static __usdt_sema_tcp_connect__refused: u16;
-    static __usdt_sema_tcp_accept__refused: u16;
-    static __usdt_sema_ip_send: u16;
-    static __usdt_sema_ip_receive: u16;
-    static __usdt_sema_fusion_fuse: u16;
-    static __usdt_sema_fusion_unfuse: u16;
-    static __usdt_sema_fusion_flowctl: u16;
-    static __usdt_sema_squeue_enter: u16;
-    static __usdt_sema_squeue_drain: u16;
+    static __usdt_sema_tcp_send: AtomicU16;
+    static __usdt_sema_tcp_receive: AtomicU16;
+    static __usdt_sema_tcp_state__change: AtomicU16;
+    static __usdt_sema_tcp_connect__request: AtomicU16;
+    static __usdt_sema_tcp_connect__established: AtomicU16;
+    static __usdt_sema_tcp_accept__established: AtomicU16;
+    static __usdt_sema_tcp_accept__pending: AtomicU16;
+    static __usdt_sema_tcp_connect__refused: AtomicU16;
+    static __usdt_sema_tcp_accept__refused: AtomicU16;
+    static __usdt_sema_ip_send: AtomicU16;
+    static __usdt_sema_ip_receive: AtomicU16;
+    static __usdt_sema_fusion_fuse: AtomicU16;
+    static __usdt_sema_fusion_unfuse: AtomicU16;
+    static __usdt_sema_fusion_flowctl: AtomicU16;
+    static __usdt_sema_squeue_enter: AtomicU16;
+    static __usdt_sema_squeue_drain: AtomicU16;
 }
 
 /// Non-zero while a tracer is attached to probe `p`'s USDT probe in this process (one
@@ -107,33 +109,31 @@ pub(crate) fn semaphore(p: Probe) -> u16 {
     // SAFETY: each static is a 2-byte, 2-aligned counter defined (weak, hidden, in the
     // writable `.probes` section) by the assembly of the `usdt` probe macro of the same
     // probe, which `fire` below expands for every probe, so the symbol exists in every
-    // binary that links this code. Only the kernel writes it (when a tracer attaches or
-    // detaches); a volatile read of a u16 cannot tear and is exactly what the probe
-    // macro itself does before firing.
+    // binary that links this code. It is declared an `AtomicU16` (same size and
+    // alignment as the macro's u16) because the kernel writes it while we run (when a
+    // tracer attaches or detaches); a relaxed load is all the probe macro itself does.
     unsafe {
         match p {
-            Probe::TcpSend => (&raw const __usdt_sema_tcp_send).read_volatile(),
-            Probe::TcpReceive => (&raw const __usdt_sema_tcp_receive).read_volatile(),
-            Probe::StateChange => (&raw const __usdt_sema_tcp_state__change).read_volatile(),
-            Probe::ConnectRequest => (&raw const __usdt_sema_tcp_connect__request).read_volatile(),
+            Probe::TcpSend => __usdt_sema_tcp_send.load(Ordering::Relaxed),
+            Probe::TcpReceive => __usdt_sema_tcp_receive.load(Ordering::Relaxed),
+            Probe::StateChange => __usdt_sema_tcp_state__change.load(Ordering::Relaxed),
+            Probe::ConnectRequest => __usdt_sema_tcp_connect__request.load(Ordering::Relaxed),
             Probe::ConnectEstablished => {
-                (&raw const __usdt_sema_tcp_connect__established).read_volatile()
+                __usdt_sema_tcp_connect__established.load(Ordering::Relaxed)
             }
-            Probe::AcceptEstablished => {
-                (&raw const __usdt_sema_tcp_accept__established).read_volatile()
-            }
+            Probe::AcceptEstablished => __usdt_sema_tcp_accept__established.load(Ordering::Relaxed),
             Probe::AcceptEstablishedPending => {
-                (&raw const __usdt_sema_tcp_accept__pending).read_volatile()
+                __usdt_sema_tcp_accept__pending.load(Ordering::Relaxed)
             }
-            Probe::ConnectRefused => (&raw const __usdt_sema_tcp_connect__refused).read_volatile(),
-            Probe::AcceptRefused => (&raw const __usdt_sema_tcp_accept__refused).read_volatile(),
-            Probe::IpSend => (&raw const __usdt_sema_ip_send).read_volatile(),
-            Probe::IpReceive => (&raw const __usdt_sema_ip_receive).read_volatile(),
-            Probe::Fuse => (&raw const __usdt_sema_fusion_fuse).read_volatile(),
-            Probe::Unfuse => (&raw const __usdt_sema_fusion_unfuse).read_volatile(),
-            Probe::FlowCtl => (&raw const __usdt_sema_fusion_flowctl).read_volatile(),
-            Probe::SqueueEnter => (&raw const __usdt_sema_squeue_enter).read_volatile(),
-            Probe::SqueueDrain => (&raw const __usdt_sema_squeue_drain).read_volatile(),
+            Probe::ConnectRefused => __usdt_sema_tcp_connect__refused.load(Ordering::Relaxed),
+            Probe::AcceptRefused => __usdt_sema_tcp_accept__refused.load(Ordering::Relaxed),
+            Probe::IpSend => __usdt_sema_ip_send.load(Ordering::Relaxed),
+            Probe::IpReceive => __usdt_sema_ip_receive.load(Ordering::Relaxed),
+            Probe::Fuse => __usdt_sema_fusion_fuse.load(Ordering::Relaxed),
+            Probe::Unfuse => __usdt_sema_fusion_unfuse.load(Ordering::Relaxed),
+            Probe::FlowCtl => __usdt_sema_fusion_flowctl.load(Ordering::Relaxed),
+            Probe::SqueueEnter => __usdt_sema_squeue_enter.load(Ordering::Relaxed),
+            Probe::SqueueDrain => __usdt_sema_squeue_drain.load(Ordering::Relaxed),
         }
     }
 }
