@@ -147,10 +147,11 @@ pub struct Env {
 fn stack_builder(cfg: &EnvConfig, fusion: bool) -> io::Result<ember_runtime::StackBuilder> {
     // All at once: relations between tunables are checked after the last, so the order
     // of the settings does not matter.
-    let mut pairs = vec![("do_tcp_fusion", if fusion { "1" } else { "0" })];
-    pairs.extend(cfg.params.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let mut p = ember_core::Params::default();
-    p.set_many(&pairs).map_err(param_err)?;
+    let mut p = ember_core::Params {
+        do_tcp_fusion: fusion,
+        ..ember_core::Params::default()
+    };
+    p.set_many(&cfg.params).map_err(param_err)?;
     Ok(Stack::builder().squeues(cfg.squeues.max(1)).params(p))
 }
 

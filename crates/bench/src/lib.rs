@@ -96,12 +96,7 @@ impl Opts {
     pub fn validate(&self) -> io::Result<()> {
         let mut p = ember_core::params::Params::default();
         // All at once, as the stacks take them (relations checked after the last).
-        let pairs: Vec<(&str, &str)> = self
-            .params
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        p.set_many(&pairs)
+        p.set_many(&self.params)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         if let Some(m) = self.mtu {
             if !(576..=65_535).contains(&m) {

@@ -96,8 +96,7 @@ pub fn ndd(a: NddArgs) -> ExitCode {
     match cmd {
         Ndd::Check(pairs) => {
             let mut p = ember_core::Params::default();
-            let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (&**k, &**v)).collect();
-            if let Err(e) = p.set_many(&refs) {
+            if let Err(e) = p.set_many(&pairs) {
                 return fail("ndd", e);
             }
             for (k, _) in &pairs {

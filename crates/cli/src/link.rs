@@ -364,13 +364,13 @@ pub fn env_params() -> Result<Vec<(String, String)>, String> {
         let Some(rest) = k.strip_prefix("EMBER_") else {
             continue;
         };
-        let name = rest.to_ascii_lowercase();
-        if ember_core::Params::NAMES.contains(&name.as_str()) && rest == name.to_ascii_uppercase() {
+        if ember_core::Params::env_tunable(k).is_some() {
             let v = v
                 .to_str()
                 .ok_or_else(|| format!("{k}: the value is not UTF-8"))?;
             vars.push((k.to_string(), v.to_string()));
         } else if !NOT_TUNABLES.contains(&rest) {
+            let name = rest.to_ascii_lowercase();
             let near = ember_core::Params::nearest(&name);
             if !near.is_empty() {
                 eprintln!(
@@ -389,11 +389,7 @@ pub fn env_params() -> Result<Vec<(String, String)>, String> {
 /// The tunables `pairs` make, applied together (`Params::set_many`).
 pub fn stack_params(pairs: &[(String, String)]) -> Result<ember_core::Params, String> {
     let mut p = ember_core::Params::default();
-    let refs: Vec<(&str, &str)> = pairs
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    p.set_many(&refs).map_err(|e| match &e {
+    p.set_many(pairs).map_err(|e| match &e {
         ember_core::params::ParamError::Unknown(n) => format!("param {n}: {e}"),
         ember_core::params::ParamError::Invalid { .. } => format!("param {e}"),
     })?;

@@ -318,10 +318,13 @@ impl Params {
     /// Sets several tunables at once (e.g. raising `tcp_max_buf` together with the
     /// buffers), checking the relations between them only after all are applied.
     /// On error nothing changes.
-    pub fn set_many(&mut self, pairs: &[(&str, &str)]) -> Result<(), ParamError> {
+    pub fn set_many<K: AsRef<str>, V: AsRef<str>>(
+        &mut self,
+        pairs: &[(K, V)],
+    ) -> Result<(), ParamError> {
         let mut next = self.clone();
         for (name, value) in pairs {
-            next.set_field(name, value)?;
+            next.set_field(name.as_ref(), value.as_ref())?;
         }
         next.check_relations()?;
         *self = next;
@@ -361,19 +364,25 @@ impl Params {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut v = Vec::new();
-        for (k, val) in vars {
-            let Some(rest) = k.as_ref().strip_prefix("EMBER_") else {
-                continue;
-            };
-            if let Some(&name) = Params::NAMES.iter().find(|n| {
-                n.eq_ignore_ascii_case(rest) && rest.bytes().all(|b| !b.is_ascii_lowercase())
-            }) {
-                v.push((name, val.as_ref().to_string()));
-            }
-        }
+        let mut v: Vec<(&'static str, String)> = vars
+            .into_iter()
+            .filter_map(|(k, val)| Some((Params::env_tunable(k.as_ref())?, val.as_ref().into())))
+            .collect();
         v.sort();
         v
+    }
+
+    /// The tunable environment variable `var` sets (`EMBER_TCP_XMIT_HIWAT` sets
+    /// `tcp_xmit_hiwat`), if it is one.
+    pub fn env_tunable(var: &str) -> Option<&'static str> {
+        let rest = var.strip_prefix("EMBER_")?;
+        if rest.bytes().any(|b| b.is_ascii_lowercase()) {
+            return None;
+        }
+        Params::NAMES
+            .iter()
+            .find(|n| n.eq_ignore_ascii_case(rest))
+            .copied()
     }
 
     /// The tunables whose names are closest to `name` (for "did you mean"): at most
