@@ -222,6 +222,7 @@ tunables! {
     tcp_keepalive_probes: u32 = 9, 1, 1000, "probes", "unanswered keepalive probes before the connection is dropped";
     tcp_conn_req_max_q: u32 = 128, 1, 65_535, "connections", "largest accept queue a listener may have";
     tcp_conn_req_max_q0: u32 = 1024, 1, 65_535, "connections", "largest queue of half-open connections (SYN received) per listener";
+    tcp_syncookies: u32 = 1, 0, 2, "", "SYN cookies (RFC 4987): 0 never, 1 when a listener's half-open queue (tcp_conn_req_max_q0) is full, 2 for every SYN";
     tcp_init_cwnd: u32 = 10, 1, 1000, "segments", "initial congestion window (RFC 6928)";
     tcp_congestion_control: CcAlgorithm = CcAlgorithm::Cubic, 0, 0, "", "congestion control for new connections";
     tcp_slow_start_after_idle: bool = true, 0, 1, "", "restart from the initial window after an idle period longer than the RTO (RFC 5681 section 4.1)";

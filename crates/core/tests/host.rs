@@ -1858,7 +1858,7 @@ fn listen_backlog_overflow_drops_syns() {
 /// half-open connections is bounded; SYNs beyond it are dropped (tcpListenDropQ0).
 #[test]
 fn syn_queue_is_bounded() {
-    let mut l = Lab::new(&[("tcp_conn_req_max_q0", "2")]);
+    let mut l = Lab::new(&[("tcp_conn_req_max_q0", "2"), ("tcp_syncookies", "0")]);
     let _lid = l.h.tcp_listen(sa(IP_A, 80), 16).unwrap();
     for port in 1..=3u16 {
         l.rx(&TcpPeer::new(41_000 + port, 80).syn());
@@ -1870,6 +1870,105 @@ fn syn_queue_is_bounded() {
         .all(|(_, t, _)| t.flags == TcpFlags::SYN | TcpFlags::ACK));
     assert_eq!(l.h.stats().tcp.listen_drop_q0, 1);
     assert_eq!(l.h.conn_count(), 2);
+}
+
+/// RFC 4987 §3.6 with `tcp_syncookies=1`: once the half-open queue is full, a SYN is
+/// answered with a cookie and no state; the ACK that returns it makes the connection,
+/// which the listener accepts like any other. An ACK with a wrong cookie draws the
+/// usual RST.
+#[test]
+fn syn_cookies_when_syn_queue_is_full() {
+    let mut l = Lab::new(&[("tcp_conn_req_max_q0", "2")]);
+    let lid = l.h.tcp_listen(sa(IP_A, 80), 16).unwrap();
+    for port in 1..=2u16 {
+        l.rx(&TcpPeer::new(41_000 + port, 80).syn());
+    }
+    assert_eq!(tcps(&l.tx()).len(), 2);
+    let mut p = TcpPeer::new(41_003, 80);
+    p.tsval = Some(777);
+    l.rx(&p.syn());
+    let out = tcps(&l.tx());
+    assert_eq!(out.len(), 1, "a SYN,ACK for the third SYN too");
+    let (_, synack, _) = &out[0];
+    assert_eq!(synack.flags, TcpFlags::SYN | TcpFlags::ACK);
+    assert_eq!(synack.ack, p.seq.wrapping_add(1));
+    assert_eq!(synack.options.mss, Some(1460));
+    assert_eq!(l.h.conn_count(), 2, "the cookie kept no state");
+    assert_eq!(l.h.stats().tcp.syncookies_sent, 1);
+    assert_eq!(l.h.stats().tcp.listen_drop_q0, 0);
+
+    // A forged ACK (the cookie off by one) is refused with a RST.
+    let mut forged = p.clone();
+    forged.seq = forged.seq.wrapping_add(1);
+    forged.ack = synack.seq.wrapping_add(2);
+    forged.saw(synack);
+    l.rx(&forged.frame(TcpFlags::ACK, &[]));
+    let out2 = tcps(&l.tx());
+    assert_eq!(out2.len(), 1);
+    assert!(out2[0].1.flags.rst());
+    assert_eq!(l.h.stats().tcp.syncookies_failed, 1);
+    assert_eq!(l.h.conn_count(), 2);
+
+    // The real ACK, with data on it: the connection exists, is accepted, and reads.
+    p.seq = p.seq.wrapping_add(1);
+    p.ack = synack.seq.wrapping_add(1);
+    p.saw(synack);
+    p.tsval = Some(778);
+    l.rx(&p.frame(TcpFlags::ACK | TcpFlags::PSH, b"hello"));
+    let (id, from) =
+        l.h.tcp_accept(lid)
+            .expect("the cookie connection is accepted");
+    assert_eq!(from, p.me);
+    let t = l.h.tcb(id).unwrap().info();
+    assert_eq!(t.state, State::Established);
+    assert!(t.timestamps, "timestamps kept through the cookie");
+    assert_eq!(l.h.stats().tcp.syncookies_recv, 1);
+    assert_eq!(recv_all(&mut l.h, l.now, id), b"hello");
+    // It answers with data acknowledged at the right place.
+    l.h.tcp_send(l.now, id, b"world").unwrap();
+    let out3 = tcps(&l.tx());
+    let data: Vec<_> = out3.iter().filter(|(_, _, d)| !d.is_empty()).collect();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[0].1.seq, synack.seq.wrapping_add(1));
+    assert_eq!(data[0].1.ack, p.seq.wrapping_add(5));
+    assert_eq!(&data[0].2[..], b"world");
+}
+
+/// RFC 4987 §3.6 with `tcp_syncookies=2` between two hosts: every SYN gets a cookie,
+/// and the connection still has the window scale, SACK and timestamps the client
+/// offered (carried in the timestamp, as Linux does) and carries data both ways.
+#[test]
+fn syn_cookie_connection_keeps_options_and_carries_data() {
+    let mut n = Net::new(&[], &[("tcp_syncookies", "2")]);
+    let (c, _lid, s) = n.connect(8080);
+    assert_eq!(n.b.stats().tcp.syncookies_sent, 1);
+    assert_eq!(n.b.stats().tcp.syncookies_recv, 1);
+    let server = n.b.tcb(s).unwrap().info();
+    let client = n.a.tcb(c).unwrap().info();
+    assert!(server.timestamps && server.sack, "{server:?}");
+    assert_eq!(server.snd_wscale, client.rcv_wscale);
+    assert_eq!(server.rcv_wscale, client.snd_wscale);
+    assert!(client.rcv_wscale > 0);
+    let a_data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let b_data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let (mut sa_, mut sb_) = (0, 0);
+    for _ in 0..10_000 {
+        if sa_ < a_data.len() {
+            sa_ += n.a.tcp_send(n.now, c, &a_data[sa_..]).unwrap_or(0);
+        }
+        if sb_ < b_data.len() {
+            sb_ += n.b.tcp_send(n.now, s, &b_data[sb_..]).unwrap_or(0);
+        }
+        n.run(ms(1));
+        got_b.extend(recv_all(&mut n.b, n.now, s));
+        got_a.extend(recv_all(&mut n.a, n.now, c));
+        if got_a.len() == b_data.len() && got_b.len() == a_data.len() {
+            break;
+        }
+    }
+    assert!(got_b == a_data, "A to B byte-exact");
+    assert!(got_a == b_data, "B to A byte-exact");
 }
 
 /// RFC 9293 §3.10.7.2: in LISTEN, any ACK is bad: <SEQ=SEG.ACK><CTL=RST>.

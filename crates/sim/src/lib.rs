@@ -75,6 +75,32 @@ pub struct SimConfig {
     /// Open the connections at this virtual time instead of at 0 (pings before it see an
     /// idle network).
     pub conn_start: Duration,
+    /// Spoofed SYNs at host 1's listener while the connections run (RFC 4987 §2.1).
+    pub syn_flood: Option<SynFlood>,
+}
+
+/// A flood of SYNs from spoofed addresses at host 1's listener: `count` of them, at
+/// `per_sec`, from `start`. Each comes from a random address of the hosts' /16 that no
+/// host has (so answers go nowhere, as with a real flood), a random port and ISN, and a
+/// random mix of the options a real SYN carries. They are put straight onto host 1's
+/// receive path, as if the attacker shared its link, so they cost the link nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynFlood {
+    pub count: u64,
+    pub per_sec: u64,
+    pub start: Duration,
+}
+
+/// What a flood did to host 1.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FloodReport {
+    /// Spoofed SYNs delivered.
+    pub sent: u64,
+    /// The largest figure of each kind host 1 held at any time during the flood
+    /// (sampled every 1,000 SYNs and at the end).
+    pub peak: ember_core::host::HostMemory,
+    /// Host 1's TCP counters at the end.
+    pub server: ember_core::host::stats::TcpStats,
 }
 
 impl Default for SimConfig {
@@ -99,6 +125,7 @@ impl Default for SimConfig {
             fq: true,
             ping_every: None,
             conn_start: Duration::ZERO,
+            syn_flood: None,
         }
     }
 }
@@ -129,6 +156,11 @@ pub struct RunReport {
     pub pings: Vec<PingSample>,
     /// The hosts' fair queues' counters, summed (zero without `fq`).
     pub fq: FqStats,
+    /// Per connection, the virtual milliseconds from connect to ESTABLISHED at the
+    /// client (`None`: never).
+    pub connect_ms: Vec<Option<f64>>,
+    /// With `syn_flood`: what it did.
+    pub flood: Option<FloodReport>,
 }
 
 /// One echo request of host 0's pinger.
@@ -174,6 +206,9 @@ struct Side {
     eof: bool,
     closed: bool,
     check: Vec<u8>,
+    /// When `connect` was called (clients) and when the handshake completed.
+    opened_at: Option<Instant>,
+    connected_at: Option<Instant>,
 }
 
 impl Side {
@@ -201,6 +236,8 @@ impl Side {
             eof: false,
             closed: false,
             check: Vec::new(),
+            opened_at: None,
+            connected_at: None,
         }
     }
 }
@@ -277,6 +314,8 @@ fn failed_report(seed: u64, error: String) -> RunReport {
         variant: String::new(),
         pings: Vec::new(),
         fq: FqStats::default(),
+        connect_ms: Vec::new(),
+        flood: None,
     }
 }
 
@@ -328,6 +367,10 @@ struct Sim {
     next_ping: Option<Instant>,
     pings: Vec<(Instant, Option<Instant>)>,
     opened: bool,
+    /// The SYN flood: when the next spoofed SYN is due, its generator, its record.
+    flood_next: Option<Instant>,
+    flood_rng: Rng,
+    flood: FloodReport,
 }
 
 impl Sim {
@@ -476,6 +519,9 @@ impl Sim {
             next_ping: cfg.ping_every.map(|_| Instant::ZERO),
             pings: Vec::new(),
             opened: false,
+            flood_next: cfg.syn_flood.map(|f| Instant::ZERO + f.start),
+            flood_rng: Rng(cfg.seed ^ 0xf100_d5ee_d000),
+            flood: FloodReport::default(),
             cfg,
         })
     }
@@ -521,6 +567,19 @@ impl Sim {
                 a += q.fq.stats();
                 a
             }),
+            connect_ms: self
+                .conns
+                .iter()
+                .map(|c| {
+                    let (o, e) = (c.client.opened_at?, c.client.connected_at?);
+                    Some((e - o).as_secs_f64() * 1e3)
+                })
+                .collect(),
+            flood: self.cfg.syn_flood.map(|_| {
+                let mut f = self.flood.clone();
+                f.server = self.hosts[1].stats().tcp;
+                f
+            }),
         }
     }
 
@@ -531,11 +590,12 @@ impl Sim {
                 self.opened = true;
             }
             self.send_ping();
+            self.inject_flood();
             self.move_frames();
             self.collect_pings();
             self.handle_events()?;
             self.check_finished()?;
-            if self.opened && self.conns.iter().all(|c| c.finished) {
+            if self.opened && self.flood_next.is_none() && self.conns.iter().all(|c| c.finished) {
                 self.done_at.get_or_insert(self.now);
                 self.next_ping = None;
                 if self.ping_wait().is_none() {
@@ -608,6 +668,86 @@ impl Sim {
             .find(|&t| t > self.now)
     }
 
+    /// Delivers the spoofed SYNs due by now to host 1 (see [`SynFlood`]).
+    fn inject_flood(&mut self) {
+        let Some(f) = self.cfg.syn_flood else {
+            return;
+        };
+        let gap = Duration::from_nanos(1_000_000_000 / f.per_sec.max(1));
+        let mut frame = Vec::with_capacity(128);
+        while let Some(at) = self.flood_next.filter(|&t| t <= self.now) {
+            let r = self.flood_rng.next();
+            // 198.18.0.0/16 outside the hosts' own addresses (host_addr: 198.18.h>>8.h+1).
+            let src = Ipv4Addr::new(198, 18, 128 | (r >> 8) as u8 & 0x7f, r as u8);
+            let sport = 1024 + (r >> 16) as u16 % 64_000;
+            let isn = (r >> 32) as u32;
+            let mut o = ember_core::wire::TcpOptions::default();
+            let kind = (r >> 28) & 3;
+            o.mss = (kind != 0).then_some([536, 1460, 1400, 8960][((r >> 24) & 3) as usize]);
+            if kind >= 2 {
+                o.window_scale = Some(7);
+                o.sack_permitted = true;
+            }
+            if kind == 3 {
+                o.timestamps = Some((isn ^ 0x5555, 0));
+            }
+            let tcp = ember_core::wire::TcpRepr {
+                src_port: sport,
+                dst_port: PORT,
+                seq: isn,
+                ack: 0,
+                flags: ember_core::wire::TcpFlags::SYN,
+                window: 64_240,
+                urgent: 0,
+                options: o,
+            };
+            let dst = host_addr(1);
+            let tl = tcp.header_len();
+            let ip = ember_core::wire::Ipv4Repr {
+                src,
+                dst,
+                protocol: ember_core::wire::ip_proto::TCP,
+                ttl: 64,
+                dscp_ecn: 0,
+                ident: r as u16,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                payload_len: tl as u16,
+            };
+            frame.clear();
+            frame.resize(ember_core::wire::ETHERNET_HEADER_LEN + 20 + tl, 0);
+            ember_core::wire::EthernetRepr {
+                dst: host_mac(1),
+                src: MacAddr([0x02, 0xba, 0xd0, 0, (r >> 40) as u8, (r >> 48) as u8]),
+                ethertype: ember_core::wire::ethertype::IPV4,
+            }
+            .emit(&mut frame);
+            let (_, rest) = frame.split_at_mut(ember_core::wire::ETHERNET_HEADER_LEN);
+            ip.emit(&mut rest[..20]);
+            tcp.emit(&mut rest[20..], src, dst);
+            self.hosts[1].receive(self.now, IfaceId(0), &frame);
+            self.flood.sent += 1;
+            if self.flood.sent % 1000 == 0 || self.flood.sent == f.count {
+                self.sample_flood_memory();
+            }
+            self.flood_next = (self.flood.sent < f.count).then_some(at + gap);
+        }
+    }
+
+    fn sample_flood_memory(&mut self) {
+        let m = self.hosts[1].memory();
+        let p = &mut self.flood.peak;
+        p.conns = p.conns.max(m.conns);
+        p.half_open = p.half_open.max(m.half_open);
+        p.accept_queued = p.accept_queued.max(m.accept_queued);
+        p.tcp_bytes = p.tcp_bytes.max(m.tcp_bytes);
+        p.arp_entries = p.arp_entries.max(m.arp_entries);
+        p.arp_pending = p.arp_pending.max(m.arp_pending);
+        p.reasm_bytes = p.reasm_bytes.max(m.reasm_bytes);
+        p.tx_frames = p.tx_frames.max(m.tx_frames);
+    }
+
     fn open_conns(&mut self) -> Result<(), String> {
         for i in 0..self.conns.len() {
             let (h, to) = (self.conns[i].client.host, self.conns[i].server_addr);
@@ -624,6 +764,7 @@ impl Sim {
                 .map(|t| t.local())
                 .ok_or("connect: no tcb")?;
             self.conns[i].client.id = Some(id);
+            self.conns[i].client.opened_at = Some(self.now);
             self.by_handle.insert((h, id), (i, false));
             let sh = self.conns[i].server.host;
             self.by_peer.insert((sh, local), i);
@@ -645,6 +786,7 @@ impl Sim {
             .chain((0..self.txq.len()).filter_map(|h| self.tx_ready_at(h)))
             .chain(start)
             .chain(pinger)
+            .chain(self.flood_next)
             .min()
     }
 
@@ -823,6 +965,13 @@ impl Sim {
         }
         let host = &mut self.hosts[side.host];
         let who = if server { "server" } else { "client" };
+        if side.connected_at.is_none()
+            && host
+                .tcb(id)
+                .is_some_and(|t| t.state().is_synchronized() && t.state() != State::SynReceived)
+        {
+            side.connected_at = Some(now);
+        }
         if let Some(e) = host.tcb(id).and_then(|t| t.error()) {
             if e != TcpError::WouldBlock {
                 return Err(format!("conn {i} {who}: connection error: {e}"));

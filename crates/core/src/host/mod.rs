@@ -151,6 +151,26 @@ pub(crate) struct Pending {
     gso: u16,
 }
 
+/// What a host holds (see [`Host::memory`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostMemory {
+    /// TCP connections, in every state.
+    pub conns: usize,
+    /// Connections in SYN-RECEIVED, over all listeners.
+    pub half_open: usize,
+    /// Established connections waiting for accept, over all listeners.
+    pub accept_queued: usize,
+    /// Bytes in TCP send, receive and out-of-order queues.
+    pub tcp_bytes: usize,
+    pub arp_entries: usize,
+    /// Packets waiting for ARP resolution.
+    pub arp_pending: usize,
+    /// Bytes of datagrams under reassembly.
+    pub reasm_bytes: usize,
+    /// Frames waiting for the driver.
+    pub tx_frames: usize,
+}
+
 /// One host's protocol core.
 #[derive(Debug)]
 pub struct Host {
@@ -382,6 +402,27 @@ impl Host {
         self.tx.len()
     }
 
+    /// What the host holds now, for checking its bounds (see the module's "Bounds").
+    pub fn memory(&self) -> HostMemory {
+        let mut m = HostMemory {
+            conns: self.conns.len(),
+            arp_entries: self.arp.len(),
+            arp_pending: self.arp.pending_packets(),
+            reasm_bytes: self.reasm.bytes_held(),
+            tx_frames: self.tx.len(),
+            ..HostMemory::default()
+        };
+        for (_, l) in self.listeners.iter() {
+            m.half_open += l.syn_q as usize;
+            m.accept_queued += l.accept_q.len();
+        }
+        for (_, c) in self.conns.iter() {
+            let i = c.tcb.info();
+            m.tcp_bytes += i.send_queued + i.recv_queued + i.ooo_bytes;
+        }
+        m
+    }
+
     /// The earliest instant at which [`Host::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
@@ -463,6 +504,8 @@ impl Host {
             }
         }
         s.tcp.add_tcb(&all);
+        // Packets lost with unresolved neighbours evicted from a full ARP table.
+        s.ip.out_discards += self.arp.evicted_packets();
         let g = self.gro.stats();
         s.ip.gro_merged = g.merged;
         s.ip.gro_segs_out = g.flushed + g.passed;

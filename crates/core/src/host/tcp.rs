@@ -43,6 +43,10 @@ pub struct Listener {
     /// TCP_MAXSEG set on the listener: applied to each connection it opens, before
     /// the SYN,ACK is built.
     pub(crate) user_mss: Option<u32>,
+    /// When this listener last answered a SYN with a cookie (RFC 4987 §3.6): ACKs are
+    /// checked for cookies only within `syncookie::MAX_AGE` ticks of it (or always with
+    /// `tcp_syncookies=2`), as Linux does.
+    pub(crate) cookie_at: Option<Instant>,
 }
 
 impl Host {
@@ -183,7 +187,9 @@ impl Host {
         match crate::tcp::ListenVerdict::of(seg) {
             crate::tcp::ListenVerdict::Ignore => return,
             crate::tcp::ListenVerdict::Reset => {
-                self.reply_rst(now, local, remote, seg, payload);
+                if !self.cookie_ack(now, lid, local, remote, seg, payload) {
+                    self.reply_rst(now, local, remote, seg, payload);
+                }
                 return;
             }
             crate::tcp::ListenVerdict::Open => {}
@@ -195,7 +201,9 @@ impl Host {
             self.stats.tcp.listen_drop += 1;
             return;
         }
-        if l.syn_q >= self.params.tcp_conn_req_max_q0 {
+        let cookies = self.params.tcp_syncookies;
+        let q0_full = l.syn_q >= self.params.tcp_conn_req_max_q0;
+        if q0_full && cookies == 0 {
             self.stats.tcp.listen_drop_q0 += 1;
             return;
         }
@@ -203,6 +211,10 @@ impl Host {
         let Some((_, mtu)) = self.source_for(*remote.ip()) else {
             return;
         };
+        if (q0_full || cookies == 2) && iss.is_none() {
+            self.send_cookie(now, lid, local, remote, seg, mtu, user_mss);
+            return;
+        }
         let iss = iss.unwrap_or_else(|| self.isn.isn(now, local, remote));
         let spec = ConnSpec {
             local,
@@ -234,6 +246,124 @@ impl Host {
         self.by_tuple.insert((local, remote), id);
         self.stats.tcp.passive_opens += 1;
         self.flush_conn(now, id);
+    }
+
+    /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
+    /// state. The SYN,ACK is the one `Tcb::accept` would send (same window, options and
+    /// MSS), from a `Tcb` dropped right after.
+    #[allow(clippy::too_many_arguments)]
+    fn send_cookie(
+        &mut self,
+        now: Instant,
+        lid: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &TcpRepr,
+        mtu: u32,
+        user_mss: Option<u32>,
+    ) {
+        let set = &self.tcp_set;
+        let peer_mss = syn.options.mss.unwrap_or(set.mss_def.min(65_535) as u16);
+        let c = crate::tcp::syncookie::encode(
+            &self.isn,
+            now,
+            local,
+            remote,
+            syn,
+            self.isn.ts_offset(local, remote),
+            peer_mss,
+            (true, set.sack >= 1),
+        );
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss: c.iss,
+            ts_offset: c.ts_offset,
+            mtu,
+        };
+        let mut tcb = Tcb::accept(now, spec, set.clone(), syn);
+        if let Some(m) = user_mss {
+            let _ = tcb.set_user_mss(m);
+        }
+        let Some(out) = tcb.poll_transmit(now) else {
+            return;
+        };
+        let r = out.repr;
+        if let Some(l) = self.listeners.get_mut(lid.0) {
+            l.cookie_at = Some(now);
+        }
+        self.stats.tcp.syncookies_sent += 1;
+        self.stats.tcp.out_segs += 1;
+        self.send_tcp_repr(now, *local.ip(), *remote.ip(), &r, &[]);
+    }
+
+    /// RFC 4987 §3.6: an ACK at a listener that may return a cookie. If it does, the
+    /// connection is rebuilt in SYN-RECEIVED and the ACK completes it; returns whether
+    /// the segment was taken (a valid cookie with a full accept queue is dropped, as
+    /// Linux does: the peer's retransmission tries again).
+    fn cookie_ack(
+        &mut self,
+        now: Instant,
+        lid: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        payload: &[u8],
+    ) -> bool {
+        let cookies = self.params.tcp_syncookies;
+        let Some(l) = self.listeners.get(lid.0) else {
+            return false;
+        };
+        let recent = l.cookie_at.is_some_and(|t| {
+            now.saturating_duration_since(t).as_millis()
+                <= u128::from(crate::tcp::syncookie::TICK_MS)
+                    * u128::from(crate::tcp::syncookie::MAX_AGE + 1)
+        });
+        if cookies == 0 || (cookies == 1 && !recent) {
+            return false;
+        }
+        let Some(syn) = crate::tcp::syncookie::decode(&self.isn, now, local, remote, seg) else {
+            self.stats.tcp.syncookies_failed += 1;
+            return false;
+        };
+        if l.accept_q.len() as u32 >= l.backlog {
+            self.stats.tcp.listen_drop += 1;
+            return true;
+        }
+        let user_mss = l.user_mss;
+        let Some((_, mtu)) = self.source_for(*remote.ip()) else {
+            return true;
+        };
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(seg.ack.wrapping_sub(1)),
+            ts_offset: self.isn.ts_offset(local, remote),
+            mtu,
+        };
+        let mut tcb = Tcb::accept(now, spec, self.tcp_set.clone(), &syn);
+        tcb.set_lso_max(self.tcp_set.lso_max);
+        if let Some(m) = user_mss {
+            let _ = tcb.set_user_mss(m);
+        }
+        tcb.cookie_syn_ack_sent(now);
+        tcb.on_segment(now, seg, payload);
+        let id = ConnId(self.conns.insert(Conn {
+            tcb,
+            listener: Some(lid),
+            released: true,
+            timer: None,
+            pending: Events::default(),
+            queued: false,
+        }));
+        if let Some(l) = self.listeners.get_mut(lid.0) {
+            l.syn_q += 1;
+        }
+        self.by_tuple.insert((local, remote), id);
+        self.stats.tcp.passive_opens += 1;
+        self.stats.tcp.syncookies_recv += 1;
+        self.flush_conn(now, id);
+        true
     }
 
     /// An ICMP destination unreachable quoting one of our segments (RFC 5927 §4.1: the
@@ -446,6 +576,7 @@ impl Host {
             backlog,
             accept_q: VecDeque::new(),
             syn_q: 0,
+            cookie_at: None,
             queued: false,
             user_mss: None,
         }));

@@ -26,10 +26,13 @@
 //! target (`create`).
 //!
 //! Bounds: at most `max_entries` entries and `max_pending` packets per incomplete entry. When
-//! the table is full, an expired reachable entry is evicted, else the least recently used
-//! reachable entry; incomplete entries (which hold packets and die after at most
-//! `max_retries * retry_interval`) and permanent entries are never evicted; if nothing can be
-//! evicted the new neighbour is refused.
+//! the table is full, an expired reachable entry is evicted, else the incomplete entry whose
+//! next request is due soonest (its packets are dropped and counted in
+//! [`ArpCache::evicted_packets`]), else the least recently used reachable entry. Unresolved
+//! neighbours go before resolved ones so that a flood of packets to addresses nobody
+//! answers for (the SYN,ACKs to a spoofed SYN flood's sources) cannot push the live
+//! neighbours out of the table, nor fill it so that they cannot get back in. Permanent
+//! entries are never evicted; if nothing can be evicted the new neighbour is refused.
 //!
 //! Cost: entries live in a `BTreeMap` (keys can be chosen by the network, so no hashing to
 //! flood; deterministic iteration). Three ordered indexes keep deadlines and ages:
@@ -152,6 +155,8 @@ pub struct ArpCache<A, P> {
     expiry: BTreeSet<(Instant, Ipv4Addr)>,
     lru: BTreeSet<(Instant, Ipv4Addr)>,
     pending: usize,
+    /// Packets dropped with the incomplete entries evicted to make room.
+    evicted_packets: u64,
 }
 
 impl<A: Copy + Eq + Debug, P> ArpCache<A, P> {
@@ -164,6 +169,7 @@ impl<A: Copy + Eq + Debug, P> ArpCache<A, P> {
             expiry: BTreeSet::new(),
             lru: BTreeSet::new(),
             pending: 0,
+            evicted_packets: 0,
         }
     }
 
@@ -461,13 +467,25 @@ impl<A: Copy + Eq + Debug, P> ArpCache<A, P> {
         true
     }
 
-    /// Evicts one reachable entry: an expired one if any, else the least recently used.
+    /// Packets dropped so far with incomplete entries evicted to make room.
+    pub fn evicted_packets(&self) -> u64 {
+        self.evicted_packets
+    }
+
+    /// Evicts one entry: an expired reachable one if any, else the incomplete entry due
+    /// for its next request soonest, else the least recently used reachable one.
     fn evict_one(&mut self, now: Instant) -> bool {
         if let Some(&(exp, ip)) = self.expiry.first() {
             if exp <= now {
                 self.take(ip);
                 return true;
             }
+        }
+        if let Some(&(_, ip)) = self.retries.first() {
+            if let Some(State::Incomplete { queue, .. }) = self.take(ip) {
+                self.evicted_packets += queue.len() as u64;
+            }
+            return true;
         }
         while let Some(&(key, ip)) = self.lru.first() {
             match self.entries.get_mut(&ip) {
@@ -760,30 +778,42 @@ mod tests {
         assert!(c.lookup(s(305), ip(1)).is_some());
     }
 
+    /// A table full of unresolved neighbours makes room by evicting one of them (its
+    /// packets counted as evicted), before any resolved neighbour: a flood of packets to
+    /// addresses nobody answers for cannot lock the live neighbours out.
     #[test]
-    fn incomplete_entries_are_not_evicted() {
+    fn incomplete_entries_go_before_reachable_ones() {
         let mut c = cache(ArpConfig {
-            max_entries: 2,
+            max_entries: 3,
             ..ArpConfig::default()
         });
+        c.learn(s(0), ip(9), M1, true);
         assert_eq!(
             c.resolve(s(0), ip(1), 1),
             Resolve::Queued { send_request: true }
         );
         assert_eq!(
-            c.resolve(s(0), ip(2), 2),
+            c.resolve(s(1), ip(2), 2),
             Resolve::Queued { send_request: true }
         );
-        assert_eq!(c.resolve(s(0), ip(3), 3), Resolve::Dropped(3));
-        assert!(c.learn(s(0), ip(3), M1, true).is_empty());
-        assert_eq!(c.len(), 2);
-        assert_eq!(c.pending_packets(), 2);
-        assert_eq!(c.remove(ip(2)), vec![2]);
-        assert_eq!(c.pending_packets(), 1);
+        // Full: ip(1), due soonest, goes.
         assert_eq!(
-            c.resolve(s(0), ip(3), 4),
+            c.resolve(s(2), ip(3), 3),
             Resolve::Queued { send_request: true }
         );
+        assert_eq!(c.evicted_packets(), 1);
+        assert_eq!(c.pending_packets(), 2);
+        assert!(c.iter(s(2)).all(|(a, _)| a != ip(1)));
+        // The resolved neighbour stayed, through a run of new unresolved ones.
+        for k in 10..100u8 {
+            let _ = c.resolve(s(3), ip(k), u32::from(k));
+            assert!(matches!(c.resolve(s(3), ip(9), 0), Resolve::Resolved(..)));
+        }
+        assert_eq!(c.len(), 3);
+        // A neighbour that answers gets in too.
+        c.learn(s(4), ip(200), M1, true);
+        assert_eq!(c.lookup(s(4), ip(200)), Some(M1));
+        assert_eq!(c.lookup(s(4), ip(9)), Some(M1));
     }
 
     #[test]
@@ -823,15 +853,17 @@ mod tests {
             ..ArpConfig::default()
         });
         assert_eq!(c.len(), 5);
-        // The most recently learned survive, plus the static and the incomplete one.
+        // The incomplete entry goes first (its packet counted), then the least recently
+        // learned; the static one stays.
         let left: Vec<_> = c.iter(s(20)).map(|(a, _)| a).collect();
-        assert_eq!(left, vec![ip(8), ip(9), ip(10), ip(100), ip(101)]);
+        assert_eq!(left, vec![ip(7), ip(8), ip(9), ip(10), ip(100)]);
+        assert_eq!(c.evicted_packets(), 1);
+        assert_eq!(c.pending_packets(), 0);
         c.set_config(ArpConfig {
             max_entries: 0,
             ..ArpConfig::default()
         });
-        assert_eq!(c.len(), 2);
-        assert_eq!(c.pending_packets(), 1);
+        assert_eq!(c.len(), 1);
     }
 
     #[derive(Debug, Clone)]
@@ -856,8 +888,9 @@ mod tests {
     }
 
     proptest! {
-        /// Every packet handed to `resolve` comes back exactly once (or is still queued),
-        /// and the bounds and indexes hold after every call.
+        /// Every packet handed to `resolve` comes back exactly once (or is still queued, or
+        /// was counted as evicted with its entry), and the bounds and indexes hold after
+        /// every call.
         #[test]
         fn packets_are_conserved_and_bounds_hold(ops in proptest::collection::vec(op(), 1..200)) {
             let mut cfg = ArpConfig {
@@ -919,7 +952,7 @@ mod tests {
                 let queued: usize = c.entries.values().map(|st| match st {
                     State::Incomplete { queue, .. } => queue.len(), _ => 0 }).sum();
                 prop_assert_eq!(queued, c.pending_packets());
-                prop_assert_eq!(back.len() + queued, next as usize);
+                prop_assert_eq!(back.len() + queued + c.evicted_packets() as usize, next as usize);
                 let inc = c.entries.values().filter(|st| matches!(st, State::Incomplete { .. })).count();
                 let rea = c.entries.values().filter(|st| matches!(st, State::Reachable { .. })).count();
                 prop_assert_eq!(c.retries.len(), inc);
@@ -937,7 +970,7 @@ mod tests {
             back.sort_unstable();
             back.dedup();
             let queued = c.pending_packets();
-            prop_assert_eq!(back.len() + queued, next as usize);
+            prop_assert_eq!(back.len() + queued + c.evicted_packets() as usize, next as usize);
         }
     }
 }

@@ -32,12 +32,27 @@ impl IsnGenerator {
     }
 
     fn hash(&self, domain: u8, local: SocketAddrV4, remote: SocketAddrV4) -> u64 {
+        self.keyed(domain, local, remote, &[])
+    }
+
+    /// The keyed hash of a 4-tuple and `extra` words, in the hash domain `domain` (each
+    /// use of the secret has its own domain, so no value can stand in for another).
+    pub(super) fn keyed(
+        &self,
+        domain: u8,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        extra: &[u32],
+    ) -> u64 {
         let mut h = SipHasher24::new_with_key(&self.key);
         h.write_u8(domain);
         h.write(&local.ip().octets());
         h.write_u16(local.port());
         h.write(&remote.ip().octets());
         h.write_u16(remote.port());
+        for &w in extra {
+            h.write_u32(w);
+        }
         h.finish()
     }
 

@@ -34,6 +34,7 @@ pub mod isn;
 pub mod rtt;
 pub mod sack;
 pub mod seq;
+pub mod syncookie;
 
 mod fusion;
 mod info;

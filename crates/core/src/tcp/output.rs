@@ -477,7 +477,7 @@ impl Tcb {
 
     /// The window to advertise now, as the 16-bit field (RFC 7323 §2.3 scaling;
     /// receiver SWS avoidance, RFC 9293 §3.8.6.2.2; the right edge never moves left).
-    fn select_window(&mut self, syn: bool) -> u16 {
+    pub(super) fn select_window(&mut self, syn: bool) -> u16 {
         let free = self.rcv_cap.saturating_sub(self.rcv_buf.len() as u32);
         if syn {
             // The window of a SYN is never scaled (RFC 7323 §2.2), so a retransmitted

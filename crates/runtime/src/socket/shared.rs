@@ -365,6 +365,9 @@ pub struct ListenerShared {
     pub(crate) accept_q: Mutex<VecDeque<Arc<ConnShared>>>,
     /// Connections in SYN-RECEIVED (the SYN queue).
     pub syn_q: std::sync::atomic::AtomicU32,
+    /// When this listener last answered a SYN with a cookie (RFC 4987 §3.6), in
+    /// milliseconds of the stack's clock plus one; 0 = never.
+    pub cookie_at: std::sync::atomic::AtomicU64,
     pub w: Waitable,
     pub(crate) opts: Mutex<SockOpts>,
     pub closed: AtomicBool,
@@ -377,6 +380,7 @@ impl ListenerShared {
             backlog: std::sync::atomic::AtomicU32::new(backlog),
             accept_q: Mutex::new(VecDeque::new()),
             syn_q: std::sync::atomic::AtomicU32::new(0),
+            cookie_at: std::sync::atomic::AtomicU64::new(0),
             w: Waitable::default(),
             opts: Mutex::new(SockOpts::default()),
             closed: AtomicBool::new(false),

@@ -1143,6 +1143,9 @@ impl Stack {
                 passive_opens,
                 listen_drop,
                 listen_drop_q0,
+                syncookies_sent,
+                syncookies_recv,
+                syncookies_failed,
                 in_closed,
                 in_segs_noconn,
                 in_errs,
@@ -1168,6 +1171,10 @@ impl Stack {
         h.passive_opens += out.tcp.passive_opens;
         h.listen_drop += out.tcp.listen_drop;
         h.listen_drop_q0 += out.tcp.listen_drop_q0;
+        h.syncookies_sent += out.tcp.syncookies_sent;
+        h.syncookies_recv += out.tcp.syncookies_recv;
+        h.syncookies_failed += out.tcp.syncookies_failed;
+        h.out_segs += out.tcp.syncookies_sent;
         h.in_closed += out.tcp.in_closed;
         h.in_segs += out.tcp.in_segs_noconn;
         h.in_errs += out.tcp.in_errs;

@@ -178,6 +178,9 @@ pub struct PerimStats {
     pub passive_opens: u64,
     pub listen_drop: u64,
     pub listen_drop_q0: u64,
+    pub syncookies_sent: u64,
+    pub syncookies_recv: u64,
+    pub syncookies_failed: u64,
     pub in_closed: u64,
     pub in_segs_noconn: u64,
     pub in_errs: u64,
@@ -428,7 +431,9 @@ impl Perim {
         self.output(st, now, None, local, remote, 0, bytes, false, Tx::default());
     }
 
-    /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue.
+    /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue, or, when
+    /// the SYN queue is full (`tcp_syncookies`), draws a cookie SYN,ACK (RFC 4987 §3.6);
+    /// an ACK that returns a cookie makes the connection.
     #[allow(clippy::too_many_arguments)]
     fn listen_input(
         &mut self,
@@ -444,7 +449,9 @@ impl Perim {
         match ListenVerdict::of(seg) {
             ListenVerdict::Ignore => return,
             ListenVerdict::Reset => {
-                self.reply_rst(st, now, local, remote, seg, payload);
+                if !self.cookie_ack(st, now, l, local, remote, seg, payload) {
+                    self.reply_rst(st, now, local, remote, seg, payload);
+                }
                 return;
             }
             ListenVerdict::Open if st.closing.load(Ordering::SeqCst) => return,
@@ -455,14 +462,21 @@ impl Perim {
             self.stats.listen_drop += 1;
             return;
         }
-        let max_q0 = st.params().tcp_conn_req_max_q0;
-        if l.syn_q.load(Ordering::Relaxed) >= max_q0 {
+        let params = st.params();
+        let cookies = params.tcp_syncookies;
+        let q0_full = l.syn_q.load(Ordering::Relaxed) >= params.tcp_conn_req_max_q0;
+        drop(params);
+        if q0_full && cookies == 0 {
             self.stats.listen_drop_q0 += 1;
             return;
         }
         let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
             return;
         };
+        if (q0_full || cookies == 2) && iss.is_none() {
+            self.send_cookie(st, now, l, local, remote, seg, mtu);
+            return;
+        }
         let iss = iss.unwrap_or_else(|| st.isn.isn(now, local, remote));
         let spec = ConnSpec {
             local,
@@ -471,12 +485,25 @@ impl Perim {
             ts_offset: st.isn.ts_offset(local, remote),
             mtu,
         };
-        let set = st.tcp_settings();
-        let lso = set.lso_max;
-        let mut tcb = Tcb::accept(now, spec, set, seg);
+        let tcb = Tcb::accept(now, spec, st.tcp_settings(), seg);
+        let key = self.add_passive(st, l, local, remote, tcb, is_local);
+        self.flush(st, now, key);
+    }
+
+    /// A passive connection in SYN-RECEIVED joins this squeue and its listener's SYN
+    /// queue.
+    fn add_passive(
+        &mut self,
+        st: &StackInner,
+        l: &Arc<ListenerShared>,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        mut tcb: Tcb,
+        is_local: bool,
+    ) -> Key {
         if !is_local {
             // Large segments for a device (loopback segments are 64 KiB already).
-            tcb.set_lso_max(lso);
+            tcb.set_lso_max(st.tcp_settings().lso_max);
         }
         let key = self.conns.next_key();
         let shared = ConnShared::new(self.id, key, local, remote);
@@ -494,7 +521,103 @@ impl Perim {
         l.syn_q.fetch_add(1, Ordering::Relaxed);
         self.stats.passive_opens += 1;
         st.probe(self.id, Probe::AcceptEstablishedPending, local, remote, 0);
+        key
+    }
+
+    /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
+    /// state: the SYN,ACK `Tcb::accept` would send, from a `Tcb` dropped right after.
+    #[allow(clippy::too_many_arguments)]
+    fn send_cookie(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        l: &Arc<ListenerShared>,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &TcpRepr,
+        mtu: u32,
+    ) {
+        let set = st.tcp_settings();
+        let peer_mss = syn.options.mss.unwrap_or(set.mss_def.min(65_535) as u16);
+        let c = ember_core::tcp::syncookie::encode(
+            &st.isn,
+            now,
+            local,
+            remote,
+            syn,
+            st.isn.ts_offset(local, remote),
+            peer_mss,
+            (true, set.sack >= 1),
+        );
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss: c.iss,
+            ts_offset: c.ts_offset,
+            mtu,
+        };
+        let mut tcb = Tcb::accept(now, spec, set, syn);
+        let Some(out) = tcb.poll_transmit(now) else {
+            return;
+        };
+        let r = out.repr;
+        l.cookie_at.store(now.as_millis() + 1, Ordering::Relaxed);
+        self.stats.syncookies_sent += 1;
+        let mut bytes = vec![0u8; r.header_len()];
+        r.emit_header(&mut bytes);
+        self.output(st, now, None, local, remote, 0, bytes, false, Tx::default());
+    }
+
+    /// RFC 4987 §3.6: an ACK at a listener that may return a cookie. A valid one makes
+    /// the connection, which the ACK completes; returns whether the segment was taken
+    /// (with a full accept queue it is dropped, as Linux does: the peer retransmits).
+    #[allow(clippy::too_many_arguments)]
+    fn cookie_ack(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        l: &Arc<ListenerShared>,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        payload: &[u8],
+    ) -> bool {
+        use ember_core::tcp::syncookie;
+        let cookies = st.params().tcp_syncookies;
+        let at = l.cookie_at.load(Ordering::Relaxed);
+        let window = syncookie::TICK_MS * u64::from(syncookie::MAX_AGE + 1);
+        let recent = at != 0 && (now.as_millis() + 1).saturating_sub(at) <= window;
+        if cookies == 0 || (cookies == 1 && !recent) || st.closing.load(Ordering::SeqCst) {
+            return false;
+        }
+        let Some(syn) = syncookie::decode(&st.isn, now, local, remote, seg) else {
+            self.stats.syncookies_failed += 1;
+            return false;
+        };
+        if l.accept_q.lock().len() as u32 >= l.backlog.load(Ordering::Relaxed) {
+            self.stats.listen_drop += 1;
+            return true;
+        }
+        let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
+            return true;
+        };
+        let spec = ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(seg.ack.wrapping_sub(1)),
+            ts_offset: st.isn.ts_offset(local, remote),
+            mtu,
+        };
+        let mut tcb = Tcb::accept(now, spec, st.tcp_settings(), &syn);
+        tcb.cookie_syn_ack_sent(now);
+        let key = self.add_passive(st, l, local, remote, tcb, is_local);
+        self.stats.syncookies_recv += 1;
+        if let Some(c) = self.conns.get_mut(key) {
+            st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
+            c.tcb.on_segment(now, seg, payload);
+        }
         self.flush(st, now, key);
+        true
     }
 
     // ---------------------------------------------------------------------------------
