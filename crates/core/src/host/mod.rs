@@ -494,7 +494,9 @@ impl Host {
     pub fn stats(&self) -> HostStats {
         let mut s = self.stats;
         let mut all = self.gone_tcb_stats;
+        s.tcp.conns_now = self.conns.len() as u64;
         for (_, c) in self.conns.iter() {
+            s.tcp.mem_bytes += c.tcb.queued_bytes() as u64;
             all.accumulate(c.tcb.stats());
             if matches!(
                 c.tcb.state(),

@@ -16,6 +16,9 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+/// Linux's errno for "no buffer space available" (a connection table that is full).
+const ENOBUFS: i32 = 105;
+
 /// One connection as the host keeps it.
 #[derive(Debug)]
 pub struct Conn {
@@ -215,6 +218,10 @@ impl Host {
             self.send_cookie(now, lid, local, remote, seg, mtu, user_mss);
             return;
         }
+        if self.conns.len() >= self.params.tcp_max_conns as usize {
+            self.stats.tcp.conn_limit_drops += 1;
+            return;
+        }
         let iss = iss.unwrap_or_else(|| self.isn.isn(now, local, remote));
         let spec = ConnSpec {
             local,
@@ -331,6 +338,10 @@ impl Host {
             return true;
         }
         let user_mss = l.user_mss;
+        if self.conns.len() >= self.params.tcp_max_conns as usize {
+            self.stats.tcp.conn_limit_drops += 1;
+            return true;
+        }
         let Some((_, mtu)) = self.source_for(*remote.ip()) else {
             return true;
         };
@@ -668,6 +679,11 @@ impl Host {
         setup: impl FnOnce(&mut Tcb),
     ) -> io::Result<ConnId> {
         crate::ip::check_destination(remote)?;
+        if self.conns.len() >= self.params.tcp_max_conns as usize {
+            // `tcp_max_conns`: as Linux when it cannot allocate a socket's memory.
+            self.stats.tcp.conn_limit_drops += 1;
+            return Err(io::Error::from_raw_os_error(ENOBUFS));
+        }
         let Some((src, mtu)) = self.source_for(*remote.ip()) else {
             self.stats.ip.out_no_routes += 1;
             return Err(io::ErrorKind::NetworkUnreachable.into());

@@ -1224,6 +1224,11 @@ impl Tcb {
         }
     }
 
+    /// Bytes held in the send, receive and out-of-order queues.
+    pub fn queued_bytes(&self) -> usize {
+        self.snd_buf.len() + self.rcv_buf.len() + self.ooo.bytes()
+    }
+
     /// A `tcp_info`-like snapshot.
     pub fn info(&self) -> TcbInfo {
         TcbInfo {

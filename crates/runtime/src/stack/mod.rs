@@ -402,6 +402,8 @@ impl StackBuilder {
                 filter: RwLock::new(Vec::new()),
                 filter_on: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
+                conns_now: AtomicU32::new(0),
+                tcp_mem_used: AtomicU64::new(0),
                 workers: Mutex::new(Vec::new()),
                 udp_socks: Mutex::new(std::collections::HashMap::new()),
             }
@@ -475,6 +477,9 @@ pub(crate) struct HotParams {
     pub do_tcp_fusion: AtomicBool,
     pub tcp_fusion_rcv_unread_min: AtomicU32,
     pub ip_def_ttl: AtomicU32,
+    pub tcp_max_conns: AtomicU32,
+    /// `tcp_mem_max` in bytes.
+    pub tcp_mem_max: AtomicU64,
 }
 
 impl HotParams {
@@ -483,6 +488,9 @@ impl HotParams {
         self.tcp_fusion_rcv_unread_min
             .store(p.tcp_fusion_rcv_unread_min, Ordering::Relaxed);
         self.ip_def_ttl.store(p.ip_def_ttl, Ordering::Relaxed);
+        self.tcp_max_conns.store(p.tcp_max_conns, Ordering::Relaxed);
+        self.tcp_mem_max
+            .store(u64::from(p.tcp_mem_max) * 1024, Ordering::Relaxed);
     }
 }
 
@@ -514,6 +522,11 @@ pub struct StackInner {
     filter: RwLock<Vec<FilterRule>>,
     filter_on: AtomicBool,
     pub(crate) closing: AtomicBool,
+    /// TCP connections in the squeues (bounded by `tcp_max_conns`).
+    pub(crate) conns_now: AtomicU32,
+    /// Bytes the connections hold in their queues (bounded by `tcp_mem_max`; see
+    /// `Perim::recharge`).
+    pub(crate) tcp_mem_used: AtomicU64,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     udp_socks: Mutex<
         std::collections::HashMap<
@@ -524,6 +537,27 @@ pub struct StackInner {
 }
 
 impl StackInner {
+    /// Takes a connection slot (`tcp_max_conns`); false when the stack is full.
+    pub(crate) fn take_conn_slot(&self) -> bool {
+        let max = self.hot.tcp_max_conns.load(Ordering::Relaxed);
+        self.conns_now
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    pub(crate) fn give_conn_slot(&self) {
+        let _ = self
+            .conns_now
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// The connections' queues are over `tcp_mem_max`.
+    pub(crate) fn tcp_mem_full(&self) -> bool {
+        self.tcp_mem_used.load(Ordering::Relaxed) > self.hot.tcp_mem_max.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn register_udp(&self, u: &Arc<crate::socket::udp::UdpShared>) {
         self.udp_socks
             .lock()
@@ -1146,6 +1180,8 @@ impl Stack {
                 syncookies_sent,
                 syncookies_recv,
                 syncookies_failed,
+                conn_limit_drops,
+                mem_drops,
                 in_closed,
                 in_segs_noconn,
                 in_errs,
@@ -1174,6 +1210,10 @@ impl Stack {
         h.syncookies_sent += out.tcp.syncookies_sent;
         h.syncookies_recv += out.tcp.syncookies_recv;
         h.syncookies_failed += out.tcp.syncookies_failed;
+        h.conn_limit_drops += out.tcp.conn_limit_drops;
+        h.conns_now = u64::from(self.inner.conns_now.load(Ordering::Relaxed));
+        h.mem_bytes = self.inner.tcp_mem_used.load(Ordering::Relaxed);
+        h.mem_drops += out.tcp.mem_drops;
         h.out_segs += out.tcp.syncookies_sent;
         h.in_closed += out.tcp.in_closed;
         h.in_segs += out.tcp.in_segs_noconn;

@@ -110,6 +110,8 @@ pub(crate) struct Conn {
     /// The state `after` last saw (for `tcp:state-change`; a new connection starts from
     /// CLOSED).
     pub last_state: State,
+    /// Bytes of its queues counted in the stack's `tcp_mem_used` (see `recharge`).
+    pub charged: usize,
 }
 
 impl Conn {
@@ -138,6 +140,7 @@ impl Conn {
             tsq_rate: 0,
             last_seg: 0,
             last_state: State::Closed,
+            charged: 0,
         }
     }
 }
@@ -181,6 +184,8 @@ pub struct PerimStats {
     pub syncookies_sent: u64,
     pub syncookies_recv: u64,
     pub syncookies_failed: u64,
+    pub conn_limit_drops: u64,
+    pub mem_drops: u64,
     pub in_closed: u64,
     pub in_segs_noconn: u64,
     pub in_errs: u64,
@@ -365,6 +370,27 @@ impl Perim {
             self.stats.fusion_aborted += 1;
             self.unfuse(st, now, key);
         }
+        if !payload.is_empty() && st.tcp_mem_full() {
+            // `tcp_mem_max`: the stack's connections hold all the memory they may. The
+            // data is dropped unacknowledged (the peer sends it again); the segment's
+            // ACK, window and other fields are still taken, so connections keep sending.
+            self.stats.mem_drops += 1;
+            let mut bare = *repr;
+            bare.flags =
+                ember_core::wire::TcpFlags(repr.flags.0 & !ember_core::wire::TcpFlags::FIN.0);
+            if let Some(c) = self.conns.get_mut(key) {
+                st.probe(self.id, Probe::TcpReceive, local, remote, 0);
+                c.tcb.on_segment(now, &bare, &[]);
+            }
+            if self.batching {
+                if !self.touched.contains(&key) {
+                    self.touched.push(key);
+                }
+                return;
+            }
+            self.flush(st, now, key);
+            return;
+        }
         if let Some(c) = self.conns.get_mut(key) {
             st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
             if segs > 1 {
@@ -486,12 +512,14 @@ impl Perim {
             mtu,
         };
         let tcb = Tcb::accept(now, spec, st.tcp_settings(), seg);
-        let key = self.add_passive(st, l, local, remote, tcb, is_local);
+        let Some(key) = self.add_passive(st, l, local, remote, tcb, is_local) else {
+            return;
+        };
         self.flush(st, now, key);
     }
 
     /// A passive connection in SYN-RECEIVED joins this squeue and its listener's SYN
-    /// queue.
+    /// queue; `None` (dropped and counted) when the stack holds `tcp_max_conns`.
     fn add_passive(
         &mut self,
         st: &StackInner,
@@ -500,7 +528,11 @@ impl Perim {
         remote: SocketAddrV4,
         mut tcb: Tcb,
         is_local: bool,
-    ) -> Key {
+    ) -> Option<Key> {
+        if !st.take_conn_slot() {
+            self.stats.conn_limit_drops += 1;
+            return None;
+        }
         if !is_local {
             // Large segments for a device (loopback segments are 64 KiB already).
             tcb.set_lso_max(st.tcp_settings().lso_max);
@@ -521,7 +553,7 @@ impl Perim {
         l.syn_q.fetch_add(1, Ordering::Relaxed);
         self.stats.passive_opens += 1;
         st.probe(self.id, Probe::AcceptEstablishedPending, local, remote, 0);
-        key
+        Some(key)
     }
 
     /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
@@ -610,7 +642,9 @@ impl Perim {
         };
         let mut tcb = Tcb::accept(now, spec, st.tcp_settings(), &syn);
         tcb.cookie_syn_ack_sent(now);
-        let key = self.add_passive(st, l, local, remote, tcb, is_local);
+        let Some(key) = self.add_passive(st, l, local, remote, tcb, is_local) else {
+            return true;
+        };
         self.stats.syncookies_recv += 1;
         if let Some(c) = self.conns.get_mut(key) {
             st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
@@ -896,6 +930,7 @@ impl Perim {
 
     /// After a connection was touched: readiness, timer, accept queue, fusion, reaping.
     pub fn after(&mut self, st: &StackInner, now: Instant, key: Key) {
+        self.recharge(st, key);
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -980,6 +1015,21 @@ impl Perim {
         self.publish(key);
     }
 
+    /// Brings the stack's `tcp_mem_used` up to date with what connection `key` holds in
+    /// its send, receive and out-of-order queues. Runs in `after` (every input and
+    /// output), after reads and fused writes; the atomic is touched only on a change.
+    pub(crate) fn recharge(&mut self, st: &StackInner, key: Key) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        let held = c.tcb.queued_bytes();
+        if held != c.charged {
+            let delta = held as i64 - c.charged as i64;
+            st.tcp_mem_used.fetch_add(delta as u64, Ordering::Relaxed);
+            c.charged = held;
+        }
+    }
+
     /// Publishes a connection's readiness (and its fused peer's) to application threads.
     pub fn publish(&mut self, key: Key) {
         let Some(c) = self.conns.get(key) else {
@@ -1061,6 +1111,11 @@ impl Perim {
             self.after(st, now, peer);
         }
         if let Some(mut c) = self.conns.remove(key) {
+            st.give_conn_slot();
+            if c.charged > 0 {
+                st.tcp_mem_used
+                    .fetch_sub(c.charged as u64, Ordering::Relaxed);
+            }
             self.wheel.update(&mut c.timer, key, None);
             st.classifier.remove(
                 &(c.tcb.local(), c.tcb.remote()),
@@ -1240,6 +1295,7 @@ impl Perim {
         }
         match res {
             Ok(n) => {
+                self.recharge(st, peer);
                 self.publish(peer);
                 self.publish(key);
                 Ok(n)
@@ -1316,6 +1372,7 @@ impl Perim {
             if let (Ok(n), Some(peer)) = (&r, c.peer) {
                 if *n > 0 {
                     c.unread = 0;
+                    self.recharge(st, key);
                     self.reader_space_changed(key, peer, true);
                     self.publish(key);
                     return r.map_err(Into::into);
@@ -1417,10 +1474,16 @@ impl Perim {
             tcb.set_lso_max(lso);
         }
         let key = self.conns.next_key();
+        if !st.take_conn_slot() {
+            // `tcp_max_conns`: as Linux when it cannot allocate a socket's memory.
+            self.stats.conn_limit_drops += 1;
+            return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+        }
         if !st
             .classifier
             .insert((local, remote), ConnLoc { sq: self.id, key })
         {
+            st.give_conn_slot();
             return Err(io::ErrorKind::AddrInUse.into());
         }
         let shared = ConnShared::new(self.id, key, local, remote);
