@@ -190,7 +190,10 @@ fn memory_limit_holds_and_loses_nothing() {
             std::thread::spawn(move || {
                 let mut got = vec![0u8; BYTES];
                 (&s).read_exact(&mut got).unwrap();
-                assert!(got == pattern(BYTES, i as u8), "connection {i} not byte-exact");
+                assert!(
+                    got == pattern(BYTES, i as u8),
+                    "connection {i} not byte-exact"
+                );
             })
         })
         .collect();

@@ -209,6 +209,8 @@ pub struct Host {
     pub(crate) gro_batch: bool,
     /// GRO's output, reused from batch to batch.
     pub(crate) gro_out: Vec<GroSeg>,
+    /// Bytes the connections' queues hold, as last counted (`tcp_mem_max`).
+    pub(crate) tcp_mem_used: usize,
 }
 
 fn arp_config(p: &Params) -> ArpConfig {
@@ -280,6 +282,7 @@ impl Host {
             gro: Gro::default(),
             gro_batch: false,
             gro_out: Vec::new(),
+            tcp_mem_used: 0,
             params,
         }
     }

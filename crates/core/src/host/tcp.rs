@@ -31,6 +31,8 @@ pub struct Conn {
     pub(crate) timer: Option<Instant>,
     pub(crate) pending: Events,
     pub(crate) queued: bool,
+    /// Bytes of its queues counted in the host's `tcp_mem_used`.
+    pub(crate) charged: usize,
 }
 
 /// A listening socket (RFC 9293 LISTEN).
@@ -114,7 +116,17 @@ impl Host {
                 return;
             }
         }
-        if let Some(c) = self.conns.get_mut(id.0) {
+        if !payload.is_empty() && self.tcp_mem_used > self.params.tcp_mem_max as usize * 1024 {
+            // `tcp_mem_max`: the connections hold all the memory they may. The data is
+            // dropped unacknowledged (the peer sends it again); the ACK, window and other
+            // fields are still taken.
+            self.stats.tcp.mem_drops += 1;
+            let mut bare = *seg;
+            bare.flags = crate::wire::TcpFlags(seg.flags.0 & !crate::wire::TcpFlags::FIN.0);
+            if let Some(c) = self.conns.get_mut(id.0) {
+                c.tcb.on_segment(now, &bare, &[]);
+            }
+        } else if let Some(c) = self.conns.get_mut(id.0) {
             c.tcb.on_segment_gro(now, seg, payload, gro.0, gro.1);
         }
         self.flush_conn(now, id);
@@ -246,6 +258,7 @@ impl Host {
             timer: None,
             pending: Events::default(),
             queued: false,
+            charged: 0,
         }));
         if let Some(l) = self.listeners.get_mut(lid.0) {
             l.syn_q += 1;
@@ -366,6 +379,7 @@ impl Host {
             timer: None,
             pending: Events::default(),
             queued: false,
+            charged: 0,
         }));
         if let Some(l) = self.listeners.get_mut(lid.0) {
             l.syn_q += 1;
@@ -480,6 +494,9 @@ impl Host {
         let Some(c) = self.conns.get_mut(id.0) else {
             return;
         };
+        let held = c.tcb.queued_bytes();
+        self.tcp_mem_used = (self.tcp_mem_used + held).saturating_sub(c.charged);
+        c.charged = held;
         let ev = c.tcb.take_events();
         let closed = c.tcb.is_closed();
         let listener = c.listener;
@@ -545,6 +562,7 @@ impl Host {
 
     pub(crate) fn remove_conn(&mut self, id: ConnId) {
         if let Some(c) = self.conns.remove(id.0) {
+            self.tcp_mem_used = self.tcp_mem_used.saturating_sub(c.charged);
             if let Some(t) = c.timer {
                 self.timers.remove(&(t, id.0.idx));
             }
@@ -731,6 +749,7 @@ impl Host {
             timer: None,
             pending: Events::default(),
             queued: false,
+            charged: 0,
         }));
         self.by_tuple.insert((local, remote), id);
         self.stats.tcp.active_opens += 1;
