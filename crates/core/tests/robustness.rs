@@ -111,56 +111,9 @@ fn cfg(cases: u32, seed: u64) -> Config {
     }
 }
 
-/// SplitMix64: a deterministic generator for the non-proptest loops.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn u32(&mut self) -> u32 {
-        self.next() as u32
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Frame builders.
 // ---------------------------------------------------------------------------------------
-
-fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
-    ipv4_frag(src, dst, proto, 0x1234, 0, false, payload)
-}
-
-fn tcp_bytes(src: Ipv4Addr, dst: Ipv4Addr, r: &TcpRepr, payload: &[u8]) -> Vec<u8> {
-    let hl = r.header_len();
-    let mut t = vec![0u8; hl + payload.len()];
-    t[hl..].copy_from_slice(payload);
-    r.emit(&mut t, src, dst);
-    t
-}
-
-/// A whole Ethernet frame carrying a TCP segment.
-fn tcp_frame(
-    (smac, sip): (MacAddr, Ipv4Addr),
-    (dmac, dip): (MacAddr, Ipv4Addr),
-    r: &TcpRepr,
-    payload: &[u8],
-) -> Vec<u8> {
-    let t = tcp_bytes(sip, dip, r, payload);
-    eth(
-        dmac,
-        smac,
-        ethertype::IPV4,
-        &ipv4(sip, dip, ip_proto::TCP, &t),
-    )
-}
 
 fn udp_bytes(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, data: &[u8]) -> Vec<u8> {
     let mut u = vec![0u8; UDP_HEADER_LEN + data.len()];
@@ -171,12 +124,6 @@ fn udp_bytes(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, data: &[u8]) 
     }
     .emit(&mut u, src, dst);
     u
-}
-
-fn icmp_bytes(m: &Icmpv4Repr<'_>) -> Vec<u8> {
-    let mut v = vec![0u8; m.buffer_len()];
-    m.emit(&mut v);
-    v
 }
 
 fn arp_frame(op: ArpOp, dst: MacAddr, target_mac: MacAddr, target_ip: Ipv4Addr) -> Vec<u8> {

@@ -20,8 +20,8 @@ use ember_core::tcp::tcb::ConnSpec;
 use ember_core::tcp::{SeqNum, State, Tcb, TcpSettings};
 use ember_core::time::Instant;
 use ember_core::wire::{
-    checksum, ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, SackBlock, TcpFlags,
-    TcpOptions, TcpRepr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+    checksum, ethertype, ip_proto, EthernetRepr, Icmpv4Repr, Ipv4Repr, MacAddr, SackBlock,
+    TcpFlags, TcpOptions, TcpRepr, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -335,6 +335,62 @@ pub fn fix_checksums(f: &mut [u8]) {
             t[2..4].copy_from_slice(&c.to_be_bytes());
         }
         _ => {}
+    }
+}
+
+/// An IPv4 datagram (no options, not fragmented) carrying `payload`.
+pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
+    ipv4_frag(src, dst, proto, 0x1234, 0, false, payload)
+}
+
+/// A TCP segment (header from `r`, correct checksum) carrying `payload`.
+pub fn tcp_bytes(src: Ipv4Addr, dst: Ipv4Addr, r: &TcpRepr, payload: &[u8]) -> Vec<u8> {
+    let hl = r.header_len();
+    let mut t = vec![0u8; hl + payload.len()];
+    t[hl..].copy_from_slice(payload);
+    r.emit(&mut t, src, dst);
+    t
+}
+
+/// A whole Ethernet frame carrying a TCP segment.
+pub fn tcp_frame(
+    (smac, sip): (MacAddr, Ipv4Addr),
+    (dmac, dip): (MacAddr, Ipv4Addr),
+    r: &TcpRepr,
+    payload: &[u8],
+) -> Vec<u8> {
+    let t = tcp_bytes(sip, dip, r, payload);
+    eth(
+        dmac,
+        smac,
+        ethertype::IPV4,
+        &ipv4(sip, dip, ip_proto::TCP, &t),
+    )
+}
+
+/// An ICMP message (correct checksum).
+pub fn icmp_bytes(m: &Icmpv4Repr<'_>) -> Vec<u8> {
+    let mut v = vec![0u8; m.buffer_len()];
+    m.emit(&mut v);
+    v
+}
+
+/// SplitMix64: a deterministic generator for the non-proptest loops.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn u32(&mut self) -> u32 {
+        self.next_u64() as u32
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 }
 

@@ -271,13 +271,54 @@ impl TcpStream {
         }
     }
 
-    fn write_inner(&self, data: &[u8], oob: bool) -> io::Result<usize> {
-        if data.is_empty() {
-            return Ok(0);
+    /// The connection's state, or `NotConnected` once it is gone.
+    fn tcb_state(&self) -> io::Result<State> {
+        let key = self.sh.key;
+        self.call(move |p, _, _| p.info(key).map(|(i, _)| i.state))?
+            .ok_or_else(|| io::ErrorKind::NotConnected.into())
+    }
+
+    /// Is the handshake still in progress? The readiness word answers at no cost for a
+    /// connection that completed (CONNECTED is published for synchronized and closed
+    /// states); otherwise the squeue is asked.
+    fn connecting(&self) -> io::Result<bool> {
+        if self.sh.w.ready() & ready::CONNECTED != 0 {
+            return Ok(false);
         }
+        Ok(matches!(
+            self.tcb_state()?,
+            State::SynSent | State::SynReceived
+        ))
+    }
+
+    fn write_inner(&self, data: &[u8], oob: bool) -> io::Result<usize> {
         let opts = self.opts();
         let spin = self.spin_with(&opts);
         let dl = deadline(opts.write_timeout);
+        // send(2) on a connection still opening waits for it (Linux
+        // sk_stream_wait_connect): EAGAIN when non-blocking. The core would queue the
+        // data in SYN-SENT (RFC 9293 §3.10.2), which a non-blocking caller, told by
+        // poll that the socket is not writable yet, does not expect.
+        while self.connecting()? {
+            if opts.nonblocking {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let got = self
+                .sh
+                .w
+                .wait(ready::CONNECTED | ready::ERROR | ready::HUP, dl, spin);
+            if got == 0 {
+                return Err(io::Error::new(io::ErrorKind::WouldBlock, "write timed out"));
+            }
+        }
+        if data.is_empty() {
+            // A 0-byte send still reports EPIPE, ECONNRESET... (Linux checks the
+            // socket before the length); with room or without, it sends nothing.
+            return match self.send_once(data, oob, spin) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+                r => r,
+            };
+        }
         loop {
             match self.send_once(data, oob, spin) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
@@ -319,7 +360,14 @@ impl TcpStream {
             // Published from inside the squeue, like every other readiness change, so it
             // cannot race the squeue's own publication.
             let key = self.sh.key;
-            self.call(move |p, _, _| p.publish(key))?;
+            let state = self.call(move |p, _, _| {
+                p.publish(key);
+                p.info(key).map(|(i, _)| i.state)
+            })?;
+            // Linux inet_shutdown: a closed socket (reset, or gone) is ENOTCONN.
+            if state.is_none_or(|s| s == State::Closed) {
+                return Err(io::ErrorKind::NotConnected.into());
+            }
         }
         if matches!(how, Write | Both) {
             let key = self.sh.key;
@@ -386,19 +434,14 @@ impl TcpStream {
         self.with(move |t, _| t.set_congestion_control(alg))
     }
 
-    /// SO_SNDBUF (clamped to `tcp_max_buf`).
+    /// SO_SNDBUF (clamped to `tcp_max_buf`, and from below to the core's minimum: as
+    /// on Linux, 0 or `usize::MAX` are not errors).
     pub fn set_send_buffer_size(&self, bytes: usize) -> io::Result<()> {
-        if bytes == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer size 0"));
-        }
         self.with(move |t, _| t.set_send_buffer(bytes))
     }
 
-    /// SO_RCVBUF (clamped to `tcp_max_buf`).
+    /// SO_RCVBUF (clamped as SO_SNDBUF is).
     pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
-        if bytes == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer size 0"));
-        }
         self.with(move |t, _| t.set_recv_buffer(bytes))
     }
 
@@ -443,14 +486,30 @@ impl TcpStream {
 
     /// SO_ERROR: the pending error, cleared.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(self.with(|t, _| t.take_error())?.map(Into::into))
+        let key = self.sh.key;
+        Ok(self
+            .call(move |p, _, _| p.take_error(key))??
+            .map(Into::into))
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(SocketAddr::V4(self.sh.local))
     }
 
+    /// getpeername(2): `NotConnected` while the handshake is in progress and once the
+    /// connection is closed (reset, or the stack shut down), as Linux's.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        let r = self.sh.w.ready();
+        if r & ready::CONNECTED == 0
+            || r & ready::HUP != 0
+            || self.st.closing.load(Ordering::SeqCst)
+        {
+            // Not plainly connected: ask the squeue (which refuses after a shutdown).
+            let s = self.tcb_state()?;
+            if matches!(s, State::SynSent | State::Closed) {
+                return Err(io::ErrorKind::NotConnected.into());
+            }
+        }
         Ok(SocketAddr::V4(self.sh.remote))
     }
 

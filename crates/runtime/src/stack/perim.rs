@@ -1236,8 +1236,14 @@ impl Perim {
         } else {
             c.tcb.send(now, data)
         };
-        // After the error was reported, writes fail with EPIPE (Linux).
+        // A connection error is reported once, by whichever call comes first (Linux
+        // sock_error clears sk_err); after that, writes fail with EPIPE.
         let r = match r {
+            Err(e) if e != TcpError::WouldBlock && c.tcb.error() == Some(e) => {
+                let _ = c.tcb.take_error();
+                c.err_reported = true;
+                Err(e)
+            }
             Err(TcpError::NotConnected) if c.err_reported => Err(TcpError::BrokenPipe),
             r => r,
         };
@@ -1360,7 +1366,7 @@ impl Perim {
         // A connection error is reported once (ECONNRESET...), then reads see end of
         // file, as on Linux; a never-connected socket keeps saying NotConnected.
         let r = match r {
-            Err(e) if e != TcpError::WouldBlock && c.tcb.error() == Some(e) && !peek => {
+            Err(e) if e != TcpError::WouldBlock && c.tcb.error() == Some(e) => {
                 let _ = c.tcb.take_error();
                 c.err_reported = true;
                 Err(e)
@@ -1382,6 +1388,18 @@ impl Perim {
         self.flush(st, now, key);
         self.run_lo(st, now);
         r.map_err(Into::into)
+    }
+
+    /// SO_ERROR: the pending connection error, cleared (then reads see end of file and
+    /// writes EPIPE, as after any call that reported it).
+    pub fn take_error(&mut self, key: Key) -> io::Result<Option<TcpError>> {
+        let c = self
+            .conns
+            .get_mut(key)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+        let e = c.tcb.take_error();
+        c.err_reported |= e.is_some();
+        Ok(e)
     }
 
     /// shutdown(SHUT_WR): unfuses first (a FIN is a real segment).
