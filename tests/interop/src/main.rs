@@ -14,7 +14,8 @@
 //! offload off and on; ember's client against `python3 -m http.server` and bulk both ways
 //! against socat; the same transfers with ember-side impairment (1% loss, 1% reorder,
 //! 10 ms delay); and a tshark reading of a capture: SYN options, the FIN within 1 ms of the
-//! last data, no malformed packets or errors in the expert info. ember serve must exit
+//! last data, no malformed packets or errors in the expert info; and a spoofed SYN flood
+//! (hping3) during which curl keeps fetching, answered with SYN cookies. ember serve must exit
 //! cleanly (status 0) on SIGTERM after each phase.
 //!
 //! The namespace is deleted at the end, also when a step fails. Figures go to a JSON file
@@ -457,6 +458,121 @@ fn observe(c: &mut Ctx) -> Result<Value, String> {
         return Err(format!("ndd -set answered {set:?}, ndd read back {get:?}"));
     }
     Ok(json!({"established": estab.len(), "squeues": squeues, "curr_estab": curr}))
+}
+
+/// A spoofed SYN flood (`hping3 -S`, 200,000 SYNs from 198.18.0.77, an address nobody
+/// has, one source port each) at ember serve while curl keeps fetching: ember's SYN
+/// queue fills, it answers with SYN cookies (RFC 4987), and the fetches succeed. Bounded
+/// by count and by a 30 s `timeout`.
+fn syn_flood(c: &mut Ctx) -> Result<Value, String> {
+    let path = c
+        .control
+        .clone()
+        .ok_or("ember serve printed no control socket")?;
+    let srv = c.server;
+    let kstat = |c: &Ctx| -> Result<Vec<(String, u64)>, String> {
+        let o = run_bounded(
+            Command::new(&c.ember).args(["kstat", "--stack", &path, "tcp"]),
+            Duration::from_secs(20),
+        )
+        .map_err(|e| format!("ember kstat: {e}"))?;
+        Ok(String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.strip_prefix("tcp:")?.to_string(), v.trim().parse().ok()?))
+            })
+            .collect())
+    };
+    let get =
+        |k: &[(String, u64)], name: &str| k.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+    let before = kstat(c)?;
+    let mut flood =
+        c.ns.command("timeout")
+            .args([
+                "30",
+                "hping3",
+                "-q",
+                "-S",
+                "-p",
+                "80",
+                "-a",
+                "198.18.0.77",
+                "-i",
+                "u20",
+                "-c",
+                "200000",
+                srv,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("hping3: {e}"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let (mut tried, mut ok) = (0u32, 0u32);
+    let t = Instant::now();
+    let mut during = 0u32;
+    while tried < 400 && t.elapsed() < Duration::from_secs(35) {
+        let running = flood.try_wait().map_err(|e| e.to_string())?.is_none();
+        if !running && tried >= 50 {
+            break;
+        }
+        tried += 1;
+        during += u32::from(running);
+        let o = run_bounded(
+            c.ns.command("curl").args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                &format!("http://{srv}/bytes/1000"),
+            ]),
+            Duration::from_secs(10),
+        );
+        if o.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "200") {
+            ok += 1;
+        }
+    }
+    let t2 = Instant::now();
+    while flood.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if t2.elapsed() > Duration::from_secs(35) {
+            let _ = flood.kill();
+            let _ = flood.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = kstat(c)?;
+    let delta = |n: &str| get(&after, n).saturating_sub(get(&before, n));
+    let sent = delta("tcpSynCookiesSent");
+    let v = json!({
+        "curl_ok": ok,
+        "curl_tried": tried,
+        "curl_during_flood": during,
+        "success_rate": f64::from(ok) / f64::from(tried.max(1)),
+        "tcpSynCookiesSent": sent,
+        "tcpSynCookiesRecv": delta("tcpSynCookiesRecv"),
+        "tcpSynCookiesFailed": delta("tcpSynCookiesFailed"),
+        "tcpListenDropQ0": delta("tcpListenDropQ0"),
+        "tcpPassiveOpens": delta("tcpPassiveOpens"),
+        "tcpInSegs": delta("tcpInSegs"),
+        "tcpConns_after": get(&after, "tcpConns"),
+    });
+    if during < 20 {
+        return Err(format!("only {during} fetches ran during the flood: {v}"));
+    }
+    if sent < 1000 {
+        return Err(format!("the flood drew only {sent} SYN cookies: {v}"));
+    }
+    if u64::from(ok) * 100 < u64::from(tried) * 99 {
+        return Err(format!(
+            "{ok} of {tried} fetches succeeded during the flood: {v}"
+        ));
+    }
+    Ok(v)
 }
 
 fn wrk(c: &mut Ctx) -> Result<Value, String> {
@@ -957,6 +1073,10 @@ fn run_all(c: &mut Ctx) -> Result<(), String> {
     c.step("wrk -t2 -c50 -d5s", wrk);
     c.control = s.control.clone();
     c.step("ember ls, netstat, kstat, ndd -set during wrk", observe);
+    c.step(
+        "hping3 -S flood (200,000 spoofed SYNs) while curl fetches",
+        syn_flood,
+    );
     c.step("nc 20 MB to discard", |c| discard(c, 20));
     c.step("socat 20 MB through echo (half-close)", |c| echo(c, 20));
     c.step("iperf3 -c (offload off)", |c| iperf3(c, ""));
