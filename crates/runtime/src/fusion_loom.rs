@@ -9,7 +9,9 @@
 //! * the reader gets exactly the bytes written, in order, then end of file — also when the
 //!   writer's close unfuses the pair while the reader is reading (the Solaris 10
 //!   `tcp_fuse_rcv_drain` race);
-//! * a close racing the reader never panics and never loses data already accepted.
+//! * a close racing the reader never panics and never loses data already accepted;
+//! * an abortive close (SO_LINGER 0) racing the reader leaves it with a prefix of the
+//!   bytes written, then the reset, and always woken.
 //!
 //! The perimeter here mirrors the runtime's (`stack::perim`): the same core calls
 //! (`fused_send`, `recv`, `fused_sync_window`, `unfuse_pair`, `close`), the same
@@ -178,6 +180,23 @@ impl Pair {
     }
 }
 
+impl Pair {
+    /// One end closes with SO_LINGER 0: unfuse, abort (RST), loopback.
+    fn abort(&mut self, writer_end: bool) {
+        if self.fused {
+            Tcb::unfuse_pair(T, &mut self.a, &mut self.b);
+            self.fused = false;
+        }
+        if writer_end {
+            self.a.abort(T);
+        } else {
+            self.b.abort(T);
+        }
+        shuttle(&mut self.a, &mut self.b);
+        self.publish();
+    }
+}
+
 /// The pair's squeue and its worker thread.
 fn start(pair: Pair) -> (Arc<Squeue<Pair>>, loom::thread::JoinHandle<()>) {
     let sq = Squeue::new(0, pair, Duration::from_secs(60), Duration::ZERO);
@@ -261,6 +280,57 @@ fn fused_close_vs_write_race() {
         let (fused, b_closed) = sq.call(0, |p: &mut Pair| (p.fused, p.b.state()));
         assert!(!fused);
         let _ = b_closed;
+        sq.shutdown();
+        worker.join().unwrap();
+    });
+}
+
+/// The writer writes two bytes then closes with SO_LINGER 0 (RST) while the reader
+/// reads: the reader is always woken, gets a prefix of what was written, in order, then
+/// the reset or end of file; never a panic or a hang.
+#[test]
+fn fused_write_then_linger0_race() {
+    model(|| {
+        let pair = Pair::new(1);
+        let (a_w, b_w) = (pair.a_w.clone(), pair.b_w.clone());
+        let (sq, worker) = start(pair);
+        let writer = {
+            let sq = sq.clone();
+            loom::thread::spawn(move || {
+                for byte in [1u8, 2] {
+                    loop {
+                        match sq.call(1, move |p: &mut Pair| p.write(&[byte])) {
+                            Ok(1) => break,
+                            Ok(_) => unreachable!("one byte"),
+                            Err(TcpError::WouldBlock) => {
+                                a_w.wait(ready::WRITE, None, Duration::ZERO);
+                            }
+                            Err(e) => panic!("write: {e:?}"),
+                        }
+                    }
+                }
+                sq.call(1, |p: &mut Pair| p.abort(true));
+            })
+        };
+        let mut got = Vec::new();
+        loop {
+            match sq.call(2, |p: &mut Pair| {
+                let mut b = [0u8; 4];
+                p.read(&mut b).map(|n| b[..n].to_vec())
+            }) {
+                Ok(v) if v.is_empty() => break,
+                Ok(v) => got.extend(v),
+                Err(TcpError::WouldBlock) => {
+                    b_w.wait(ready::READ, None, Duration::ZERO);
+                }
+                Err(TcpError::Reset) => break,
+                Err(e) => panic!("read: {e:?}"),
+            }
+        }
+        assert!([1u8, 2].starts_with(&got), "{got:?}");
+        writer.join().unwrap();
+        let fused = sq.call(0, |p: &mut Pair| p.fused);
+        assert!(!fused);
         sq.shutdown();
         worker.join().unwrap();
     });

@@ -12,8 +12,9 @@
 //! means everything arrived; once every handle is gone, only TIME_WAIT connections are
 //! left and nothing is fused.
 //!
-//! The seed is printed on failure; `EMBER_FUSION_STRESS_SEED=<u64>` replays it and
-//! `EMBER_FUSION_STRESS_BATCHES=<n>` runs longer.
+//! The seed is printed on failure; `EMBER_FUSION_STRESS_SEED=<u64>` replays it,
+//! `EMBER_FUSION_STRESS_BATCHES=<n>` runs more batches and `EMBER_FUSION_STRESS_OPS=<n>`
+//! longer sequences (the summary printed at the end counts the socket calls made).
 
 use ember_core::tcp::State;
 use ember_runtime::{Stack, TcpListener, TcpStream};
@@ -43,6 +44,11 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Longest random sequence per end (`EMBER_FUSION_STRESS_OPS`, default 40).
+fn max_ops() -> usize {
+    env_u64("EMBER_FUSION_STRESS_OPS").map_or(40, |n| n.max(2) as usize)
+}
+
 /// What one end's reader saw.
 #[derive(Debug, Default)]
 struct ReadLog {
@@ -50,6 +56,8 @@ struct ReadLog {
     /// `read` returned 0 without a shutdown(Read) of our own: the peer's FIN.
     clean_eof: bool,
     error: Option<ErrorKind>,
+    /// read() calls made.
+    calls: usize,
 }
 
 /// What one end's main thread did.
@@ -59,6 +67,8 @@ struct MainLog {
     /// The main thread's reads (ends without a dedicated reader).
     reads: ReadLog,
     trace: Vec<String>,
+    /// Operations started (the random sequence's steps).
+    ops: usize,
 }
 
 /// Flags an end's main thread shares with its dedicated reader.
@@ -87,6 +97,7 @@ const WRITE_ERRORS: &[ErrorKind] = &[
 /// One read into `log`; returns false when reading is over (EOF or error).
 fn read_once(s: &TcpStream, g: &mut Rng, flags: &EndFlags, log: &mut ReadLog) -> bool {
     let mut buf = vec![0u8; g.len()];
+    log.calls += 1;
     match (&*s).read(&mut buf) {
         Ok(0) => {
             if !flags.rd_shut.load(Ordering::SeqCst) && log.error.is_none() {
@@ -135,9 +146,10 @@ fn run_reader(s: Arc<TcpStream>, mut g: Rng, flags: Arc<EndFlags>) -> ReadLog {
 /// The main thread of an end: a random sequence of operations.
 fn run_main(s: Arc<TcpStream>, mut g: Rng, flags: Arc<EndFlags>, dedicated: bool) -> MainLog {
     let mut log = MainLog::default();
-    let ops = g.range(1, 40);
+    let ops = g.range(1, max_ops());
     let mut linger0 = false;
     for _ in 0..ops {
+        log.ops += 1;
         let op = g.range(0, 99);
         // Blocking (with OP_TIMEOUT) or not; an end with a dedicated reader stays
         // blocking (the mode is per socket and the reader must not spin).
@@ -303,6 +315,9 @@ fn check_dir(what: &str, wrote: &[u8], reads: &ReadLog) -> Result<(), String> {
 /// interleavings it reaches).
 #[derive(Debug, Default)]
 struct Summary {
+    /// Socket calls made: the main threads' random steps and every read() of the
+    /// dedicated readers.
+    ops: usize,
     directions: usize,
     clean_eofs: usize,
     read_errors: usize,
@@ -404,6 +419,12 @@ fn run_batch(st: &Stack, seed: u64, batch: usize, sum: &mut Summary) -> Result<(
         } else {
             &m[1].reads
         };
+        sum.ops += m[0].ops + m[1].ops;
+        for d in 0..2 {
+            if dedicated[p][d] {
+                sum.ops += readers[p][d].as_ref().map_or(0, |r| r.calls);
+            }
+        }
         for (w, r) in [(&m[0].wrote, r1), (&m[1].wrote, r0)] {
             sum.directions += 1;
             sum.clean_eofs += usize::from(r.clean_eof);
