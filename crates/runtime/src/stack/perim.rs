@@ -400,6 +400,11 @@ impl Perim {
             } else {
                 c.tcb.on_segment(now, repr, payload);
             }
+            if !payload.is_empty() {
+                // Charged at once, not at the end of the device batch: `tcp_mem_max` is
+                // then overshot by at most one segment per squeue.
+                self.recharge(st, key);
+            }
         }
         if self.batching {
             // A device batch is being taken in: the connection sends once all of the
