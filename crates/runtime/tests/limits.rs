@@ -1,7 +1,7 @@
 //! The stack-wide bounds (issue 9): `tcp_max_conns` (connections in every state) and
-//! `tcp_mem_max` (bytes in the connections' queues). When a bound is hit new work is
-//! refused with the kernel's error or dropped and counted, established connections keep
-//! working, and nothing already acknowledged is lost.
+//! `tcp_mem_max` (bytes in the connections' receive and out-of-order queues). When a bound
+//! is hit new work is refused with the kernel's error or dropped and counted, established
+//! connections keep working, and nothing already acknowledged is lost.
 //!
 //! Every blocking call has a timeout so a bug fails instead of hanging.
 

@@ -499,7 +499,7 @@ impl Host {
         let mut all = self.gone_tcb_stats;
         s.tcp.conns_now = self.conns.len() as u64;
         for (_, c) in self.conns.iter() {
-            s.tcp.mem_bytes += c.tcb.queued_bytes() as u64;
+            s.tcp.mem_bytes += c.tcb.rcv_queued_bytes() as u64;
             all.accumulate(c.tcb.stats());
             if matches!(
                 c.tcb.state(),

@@ -494,7 +494,7 @@ impl Host {
         let Some(c) = self.conns.get_mut(id.0) else {
             return;
         };
-        let held = c.tcb.queued_bytes();
+        let held = c.tcb.rcv_queued_bytes();
         self.tcp_mem_used = (self.tcp_mem_used + held).saturating_sub(c.charged);
         c.charged = held;
         let ev = c.tcb.take_events();

@@ -1224,9 +1224,9 @@ impl Tcb {
         }
     }
 
-    /// Bytes held in the send, receive and out-of-order queues.
-    pub fn queued_bytes(&self) -> usize {
-        self.snd_buf.len() + self.rcv_buf.len() + self.ooo.bytes()
+    /// Bytes held in the receive and out-of-order queues: what the peer made us keep.
+    pub fn rcv_queued_bytes(&self) -> usize {
+        self.rcv_buf.len() + self.ooo.bytes()
     }
 
     /// A `tcp_info`-like snapshot.

@@ -1021,13 +1021,21 @@ impl Perim {
     }
 
     /// Brings the stack's `tcp_mem_used` up to date with what connection `key` holds in
-    /// its send, receive and out-of-order queues. Runs in `after` (every input and
-    /// output), after reads and fused writes; the atomic is touched only on a change.
+    /// its receive and out-of-order queues: what the network made this stack keep. Send
+    /// queues and fused pairs' queues are filled by this process's own applications and
+    /// bounded per connection by their buffer sizes; counting them would let a local
+    /// writer to a peer that never opens its window starve every connection's receive
+    /// side. Runs in `after` (every input and output), after each data segment and after
+    /// reads; the atomic is touched only on a change.
     pub(crate) fn recharge(&mut self, st: &StackInner, key: Key) {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        let held = c.tcb.queued_bytes();
+        let held = if c.peer.is_some() {
+            0
+        } else {
+            c.tcb.rcv_queued_bytes()
+        };
         if held != c.charged {
             let delta = held as i64 - c.charged as i64;
             st.tcp_mem_used.fetch_add(delta as u64, Ordering::Relaxed);
@@ -1306,7 +1314,6 @@ impl Perim {
         }
         match res {
             Ok(n) => {
-                self.recharge(st, peer);
                 self.publish(peer);
                 self.publish(key);
                 Ok(n)
@@ -1383,7 +1390,6 @@ impl Perim {
             if let (Ok(n), Some(peer)) = (&r, c.peer) {
                 if *n > 0 {
                     c.unread = 0;
-                    self.recharge(st, key);
                     self.reader_space_changed(key, peer, true);
                     self.publish(key);
                     return r.map_err(Into::into);
