@@ -1229,6 +1229,12 @@ impl Tcb {
         self.snd_buf.len() + self.rcv_buf.len() + self.ooo.bytes()
     }
 
+    /// SACKed ranges the scoreboard holds now (at most `tcp_sack_max_ranges`; RFC 6675
+    /// §3 keeps no more than the receiver's blocks need): for tests of crafted SACKs.
+    pub fn sack_ranges(&self) -> usize {
+        self.sb.ranges().count()
+    }
+
     /// A `tcp_info`-like snapshot.
     pub fn info(&self) -> TcbInfo {
         TcbInfo {
