@@ -77,6 +77,15 @@ fn parse_tcp(f: &[u8]) -> Option<(Ipv4Repr, TcpRepr, usize)> {
     Some((ip, t, data.len()))
 }
 
+/// B's ARP request for the attacker's address, if the frame is one.
+fn arp_request_for_c(f: &[u8]) -> Option<ArpRepr> {
+    if f.len() < ETHERNET_HEADER_LEN || u16::from_be_bytes([f[12], f[13]]) != ethertype::ARP {
+        return None;
+    }
+    let a = ArpRepr::parse(&f[ETHERNET_HEADER_LEN..]).ok()?;
+    (a.op == ArpOp::Request && a.target_ip == C_IP).then_some(a)
+}
+
 /// Fieldwise maximum.
 fn peak_of(p: &mut HostMemory, m: &HostMemory) {
     p.conns = p.conns.max(m.conns);
@@ -179,6 +188,7 @@ impl Lab {
         while let Some(f) = self.a.poll_transmit() {
             self.wire.push_back((at, true, f.data));
         }
+        let mut arp_replies = Vec::new();
         while let Some(f) = self.b.poll_transmit() {
             if f.data[0..6] == C_MAC.0 {
                 if let Some((_, tcp, len)) = parse_tcp(&f.data) {
@@ -189,9 +199,24 @@ impl Lab {
                         gso: f.gso_size,
                     });
                 }
+            } else if let Some(req) = arp_request_for_c(&f.data) {
+                // The attacker answers B's ARP requests (RFC 826), so B keeps reaching it.
+                let mut arp = vec![0u8; ARP_LEN];
+                ArpRepr {
+                    op: ArpOp::Reply,
+                    sender_mac: C_MAC,
+                    sender_ip: C_IP,
+                    target_mac: req.sender_mac,
+                    target_ip: req.sender_ip,
+                }
+                .emit(&mut arp);
+                arp_replies.push(eth(req.sender_mac, C_MAC, ethertype::ARP, &arp));
             } else {
                 self.wire.push_back((at, false, f.data));
             }
+        }
+        for r in arp_replies {
+            self.b.receive(self.now, IfaceId(0), &r);
         }
         while self.a.poll_event().is_some() {}
         while self.b.poll_event().is_some() {}
@@ -330,6 +355,32 @@ impl Lab {
             Some(State::Established)
         );
         h.goodput()
+    }
+}
+
+impl Lab {
+    /// The earliest instant anything is due.
+    fn next_event(&self) -> Option<Instant> {
+        [
+            self.wire.front().map(|w| w.0),
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs `d` of virtual time with the attacker acting before each step; steps jump to
+    /// the next deadline (at least 1 ms), so hours of virtual time cost only the events.
+    fn run_attacked(&mut self, d: Duration, attacker: &mut dyn FnMut(&mut Lab)) {
+        let end = self.now + d;
+        while self.now < end {
+            attacker(self);
+            let next = self.next_event().unwrap_or(end).min(end);
+            let dt = next.saturating_duration_since(self.now).max(ms(1));
+            self.step(dt);
+        }
     }
 }
 
@@ -607,4 +658,178 @@ fn slow_loris_idle_established_up_to_the_limit() {
     assert!(wakeups <= 10, "idle connections wake B up {wakeups} times");
     assert!(lab.take().is_empty(), "B sent nothing to idle connections");
     assert_eq!(lab.b.memory().conns, 2_000, "idle connections are kept");
+}
+
+// -------------------------------------------------------------------------------------
+// 2. Zero-window peers.
+// -------------------------------------------------------------------------------------
+
+/// What the victim's application and the zero-window attacker do each step.
+struct ZeroWindow {
+    peers: Vec<Evil>,
+    /// B's handle of each peer's connection.
+    ids: Vec<ConnId>,
+    /// Bytes B's application managed to write to each (it tries 10 MB).
+    written: Vec<usize>,
+    /// Per peer: when B sent it something (probes), and what.
+    seen: Vec<Vec<Seen>>,
+    /// Peers that stop answering.
+    mute: Vec<bool>,
+    /// Peers whose socket B's application closed.
+    closed: Vec<bool>,
+}
+
+impl ZeroWindow {
+    const WRITE: usize = 10_000_000;
+
+    fn act(&mut self, lab: &mut Lab) {
+        let chunk = vec![0x5au8; 65536];
+        for (i, id) in self.ids.iter().enumerate() {
+            while !self.closed[i] && self.written[i] < Self::WRITE {
+                match lab.b.tcp_send(lab.now, *id, &chunk) {
+                    Ok(n) if n > 0 => self.written[i] += n,
+                    _ => break,
+                }
+            }
+        }
+        lab.pump();
+        for s in lab.take() {
+            let Some(i) = self.peers.iter().position(|p| p.port == s.tcp.dst_port) else {
+                continue;
+            };
+            if s.tcp.flags.rst() {
+                continue;
+            }
+            self.seen[i].push(s.clone());
+            if self.mute[i] {
+                continue;
+            }
+            // Take nothing, acknowledge what was taken so far, window still 0.
+            let p = &mut self.peers[i];
+            p.saw(&s.tcp);
+            let f = p.ack_frame();
+            lab.inject(&f);
+        }
+    }
+}
+
+/// Eight peers complete the handshake with window 0 (in the SYN and every ACK after),
+/// B's application tries to write 10 MB to each, and the peers answer every probe with
+/// window 0, for an hour of virtual time; `tcp_mem_max` = 4 MiB. Meanwhile the honest
+/// transfer runs.
+///
+/// Asserts: each peer's send queue stops at the send buffer (`tcp_xmit_hiwat`,
+/// 128,000 bytes: the application's 10 MB write takes 128,000) and B's TCP memory stays
+/// at 8 x 128,000 + the honest receive queue; persist probes (RFC 9293 §3.8.6.1, RFC
+/// 1122 §4.2.2.17) back off exponentially up to `tcp_rexmit_interval_max` (60 s) and
+/// stay there, so an hour costs a bounded number of probes and wakeups; the honest
+/// transfer is byte-exact with ≥ 80 % of its goodput.
+///
+/// What ember does with a connection stuck in persist (asserted): as long as the peer
+/// answers the probes the connection is kept (Linux does the same; RFC 1122 §4.2.2.17:
+/// the sender MUST NOT close it while the receiver keeps advertising a zero window),
+/// with the application's data held; when the peer stops answering, the connection
+/// fails after R2 (`tcp_ip_abort_interval`, 480 s) without an answer; when the
+/// application closes the socket (an orphan), it is dropped after 8 unanswered-window
+/// probes, as Linux's `tcp_orphan_retries`.
+#[test]
+fn zero_window_peers_are_probed_with_backoff_and_bounded() {
+    const PEERS: usize = 8;
+    let tweak: &[(&str, &str)] = &[("tcp_mem_max", "4096")];
+    let base = baseline(tweak);
+    let mut lab = Lab::new(tweak);
+    lab.open_honest();
+    let mut zw = ZeroWindow {
+        peers: Vec::new(),
+        ids: Vec::new(),
+        written: vec![0; PEERS],
+        seen: vec![Vec::new(); PEERS],
+        mute: vec![false; PEERS],
+        closed: vec![false; PEERS],
+    };
+    for i in 0..PEERS {
+        let mut e = Evil::new(30_000 + i as u16);
+        e.window = 0;
+        assert!(e.connect(&mut lab, Some(1460), true, true));
+        zw.peers.push(e);
+        zw.ids.push(*lab.accepted.last().expect("accepted"));
+    }
+    let attacked = lab.finish_honest(&mut |lab: &mut Lab| zw.act(lab));
+    assert_throughput("zero-window peers", base, attacked);
+    let sndbuf = lab.b.params().tcp_xmit_hiwat as usize;
+    for (i, id) in zw.ids.iter().enumerate() {
+        assert_eq!(zw.written[i], sndbuf, "peer {i}: the write stops at the buffer");
+        let info = lab.b.tcp_info(*id).expect("conn");
+        assert_eq!(info.send_queued, sndbuf);
+        assert_eq!(info.snd_una, info.snd_nxt, "peer {i}: nothing sent");
+    }
+    // Peer 1's socket is closed by the application; peer 2 falls silent.
+    lab.b.tcp_close(lab.now, zw.ids[1]);
+    zw.closed[1] = true;
+    zw.mute[2] = true;
+    let closed_at = lab.now;
+    let w0 = lab.b_wakeups;
+    let hour = Duration::from_secs(3600);
+    lab.run_attacked(hour, &mut |lab: &mut Lab| zw.act(lab));
+    let wakeups = lab.b_wakeups - w0;
+
+    // Peer 0: kept, probed with backoff.
+    let rto_max = Params::ms(lab.b.params().tcp_rexmit_interval_max);
+    let probes: Vec<Instant> = zw.seen[0]
+        .iter()
+        .filter(|s| s.at >= closed_at)
+        .map(|s| s.at)
+        .collect();
+    let gaps: Vec<Duration> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+    println!(
+        "zero-window: peer 0 got {} probes in an hour; gaps {:?}; B wakeups {wakeups}; peak {:?}",
+        probes.len(),
+        gaps.iter().map(|g| g.as_millis()).collect::<Vec<_>>(),
+        lab.peak
+    );
+    for s in &zw.seen[0] {
+        assert_eq!(s.len, 0, "a zero window gets no data: {s:?}");
+    }
+    for w in gaps.windows(2) {
+        assert!(w[1] + ms(2) >= w[0], "probe interval shrank: {gaps:?}");
+    }
+    let first = gaps[0];
+    assert!(first <= Duration::from_secs(2), "first probe interval {first:?}");
+    let last = *gaps.last().expect("gaps");
+    assert!(
+        last + ms(2) >= rto_max && last <= rto_max + ms(2),
+        "last probe interval {last:?}, rexmit_interval_max {rto_max:?}"
+    );
+    // Doublings to the cap, then one probe per cap.
+    let bound = 10 + (hour.as_secs() / rto_max.as_secs()) as usize;
+    assert!(probes.len() <= bound, "{} probes (bound {bound})", probes.len());
+    assert!(wakeups <= 8 * bound as u64, "{wakeups} wakeups");
+    let info = lab.b.tcp_info(zw.ids[0]).expect("peer 0 kept");
+    assert_eq!(info.state, State::Established);
+    assert_eq!(info.send_queued, sndbuf);
+    assert_eq!(lab.b.tcb(zw.ids[0]).and_then(|t| t.error()), None);
+
+    // Peer 1 (orphan) and peer 2 (mute) are gone.
+    let p1 = zw.seen[1].iter().filter(|s| s.at >= closed_at).count();
+    let p2 = zw.seen[2].iter().filter(|s| s.at >= closed_at).count();
+    println!("zero-window: orphan probed {p1} times, mute peer {p2} times before they went");
+    assert!(lab.b.tcb(zw.ids[1]).is_none(), "orphan kept");
+    assert!(lab.b.tcb(zw.ids[2]).is_none_or(|t| t.state() == State::Closed));
+    // The orphan: 8 probes (ORPHAN_PROBES). The mute peer: probed until R2 passed
+    // since its last answer (the backoff to the cap, then one per cap).
+    let r2 = Params::ms(lab.b.params().tcp_ip_abort_interval);
+    assert_eq!(p1, 8, "orphan probes");
+    let r2_probes = 8 + (r2.as_secs() / rto_max.as_secs()) as usize + 1;
+    assert!((8..=r2_probes).contains(&p2), "{p2} probes to the mute peer");
+    let m = lab.b.memory();
+    assert!(m.conns <= PEERS - 1 + 1, "{m:?}");
+
+    let rcvbuf = lab.b.params().tcp_recv_hiwat as usize;
+    assert!(
+        lab.peak.tcp_bytes <= PEERS * sndbuf + rcvbuf,
+        "peak TCP memory {} > {} x {sndbuf} + {rcvbuf}",
+        lab.peak.tcp_bytes,
+        PEERS
+    );
+    assert_eq!(lab.b.stats().tcp.mem_drops, 0);
 }
