@@ -758,7 +758,10 @@ fn zero_window_peers_are_probed_with_backoff_and_bounded() {
     assert_throughput("zero-window peers", base, attacked);
     let sndbuf = lab.b.params().tcp_xmit_hiwat as usize;
     for (i, id) in zw.ids.iter().enumerate() {
-        assert_eq!(zw.written[i], sndbuf, "peer {i}: the write stops at the buffer");
+        assert_eq!(
+            zw.written[i], sndbuf,
+            "peer {i}: the write stops at the buffer"
+        );
         let info = lab.b.tcp_info(*id).expect("conn");
         assert_eq!(info.send_queued, sndbuf);
         assert_eq!(info.snd_una, info.snd_nxt, "peer {i}: nothing sent");
@@ -794,7 +797,10 @@ fn zero_window_peers_are_probed_with_backoff_and_bounded() {
         assert!(w[1] + ms(2) >= w[0], "probe interval shrank: {gaps:?}");
     }
     let first = gaps[0];
-    assert!(first <= Duration::from_secs(2), "first probe interval {first:?}");
+    assert!(
+        first <= Duration::from_secs(2),
+        "first probe interval {first:?}"
+    );
     let last = *gaps.last().expect("gaps");
     assert!(
         last + ms(2) >= rto_max && last <= rto_max + ms(2),
@@ -802,7 +808,11 @@ fn zero_window_peers_are_probed_with_backoff_and_bounded() {
     );
     // Doublings to the cap, then one probe per cap.
     let bound = 10 + (hour.as_secs() / rto_max.as_secs()) as usize;
-    assert!(probes.len() <= bound, "{} probes (bound {bound})", probes.len());
+    assert!(
+        probes.len() <= bound,
+        "{} probes (bound {bound})",
+        probes.len()
+    );
     assert!(wakeups <= 8 * bound as u64, "{wakeups} wakeups");
     let info = lab.b.tcp_info(zw.ids[0]).expect("peer 0 kept");
     assert_eq!(info.state, State::Established);
@@ -814,13 +824,19 @@ fn zero_window_peers_are_probed_with_backoff_and_bounded() {
     let p2 = zw.seen[2].iter().filter(|s| s.at >= closed_at).count();
     println!("zero-window: orphan probed {p1} times, mute peer {p2} times before they went");
     assert!(lab.b.tcb(zw.ids[1]).is_none(), "orphan kept");
-    assert!(lab.b.tcb(zw.ids[2]).is_none_or(|t| t.state() == State::Closed));
+    assert!(lab
+        .b
+        .tcb(zw.ids[2])
+        .is_none_or(|t| t.state() == State::Closed));
     // The orphan: 8 probes (ORPHAN_PROBES). The mute peer: probed until R2 passed
     // since its last answer (the backoff to the cap, then one per cap).
     let r2 = Params::ms(lab.b.params().tcp_ip_abort_interval);
     assert_eq!(p1, 8, "orphan probes");
     let r2_probes = 8 + (r2.as_secs() / rto_max.as_secs()) as usize + 1;
-    assert!((8..=r2_probes).contains(&p2), "{p2} probes to the mute peer");
+    assert!(
+        (8..=r2_probes).contains(&p2),
+        "{p2} probes to the mute peer"
+    );
     let m = lab.b.memory();
     assert!(m.conns <= PEERS - 1 + 1, "{m:?}");
 
@@ -832,4 +848,190 @@ fn zero_window_peers_are_probed_with_backoff_and_bounded() {
         PEERS
     );
     assert_eq!(lab.b.stats().tcp.mem_drops, 0);
+}
+
+// -------------------------------------------------------------------------------------
+// A receiving attacker: B's application sends it data.
+// -------------------------------------------------------------------------------------
+
+/// Data segments B sent one attacker connection, and what B's application wrote.
+#[derive(Default, Debug)]
+struct SegLog {
+    /// Wire data segments (LSO frames counted by pieces).
+    segs: u64,
+    /// Of which retransmissions (start below the highest byte sent so far).
+    rexmits: u64,
+    /// Payload bytes sent (new and again).
+    bytes: u64,
+    /// Smallest piece that is neither the end of what the application had written when
+    /// it was sent (a tail) nor a retransmission; and the smallest retransmission.
+    min_new: usize,
+    min_rexmit: usize,
+    max_piece: usize,
+    /// Highest stream offset sent.
+    hi: u64,
+}
+
+impl SegLog {
+    fn new() -> SegLog {
+        SegLog {
+            min_new: usize::MAX,
+            min_rexmit: usize::MAX,
+            ..SegLog::default()
+        }
+    }
+
+    /// Logs one frame B sent; `written`: stream bytes B's application had written.
+    fn log(&mut self, s: &Seen, base: u32, written: u64) {
+        if s.len == 0 {
+            return;
+        }
+        let (n, smallest) = s.pieces();
+        let off = u64::from(s.tcp.seq.wrapping_sub(base));
+        let end = off + s.len as u64;
+        self.segs += n as u64;
+        self.bytes += s.len as u64;
+        self.max_piece = self.max_piece.max(if s.gso > 0 {
+            usize::from(s.gso).min(s.len)
+        } else {
+            s.len
+        });
+        if off < self.hi {
+            self.rexmits += n as u64;
+            if end < self.hi {
+                self.min_rexmit = self.min_rexmit.min(smallest);
+            }
+        } else if end < written {
+            self.min_new = self.min_new.min(smallest);
+        }
+        self.hi = self.hi.max(end);
+    }
+}
+
+/// B's application writes `total` bytes into one connection, as fast as it takes them.
+fn app_write(lab: &mut Lab, id: ConnId, written: &mut u64, total: u64) {
+    let chunk = vec![0xa5u8; 65536];
+    while *written < total {
+        let n = ((total - *written) as usize).min(chunk.len());
+        match lab.b.tcp_send(lab.now, id, &chunk[..n]) {
+            Ok(k) if k > 0 => *written += k as u64,
+            _ => break,
+        }
+    }
+}
+
+/// One step of well-behaved receiving attackers (`peers`: connection, B's handle, bytes
+/// B's application wrote, log): B's application writes up to `data` bytes to each, each
+/// peer acknowledges every data segment at once (in-order data only).
+fn receivers_act(
+    lab: &mut Lab,
+    peers: &mut [(Evil, ConnId, u64, SegLog)],
+    max_flight: &mut u32,
+    data: u64,
+) {
+    let sndbuf = lab.b.params().tcp_xmit_hiwat as usize;
+    for (_, id, written, _) in peers.iter_mut() {
+        app_write(lab, *id, written, data);
+    }
+    lab.pump();
+    for s in lab.take() {
+        let Some(p) = peers.iter_mut().find(|p| p.0.port == s.tcp.dst_port) else {
+            continue;
+        };
+        let (e, _, written, log) = p;
+        log.log(&s, e.base, *written);
+        e.saw(&s.tcp);
+        if s.tcp.seq == e.ack {
+            e.ack = e.ack.wrapping_add(s.len as u32);
+        }
+        if s.len > 0 {
+            let f = e.ack_frame();
+            lab.inject(&f);
+        }
+    }
+    for (_, id, _, _) in peers.iter() {
+        let i = lab.b.tcp_info(*id).expect("conn");
+        assert!(i.send_queued <= sndbuf);
+        *max_flight = (*max_flight).max(i.snd_nxt.wrapping_sub(i.snd_una));
+    }
+}
+
+// -------------------------------------------------------------------------------------
+// 3. MSS 1 (and 0).
+// -------------------------------------------------------------------------------------
+
+/// Two peers open connections with an MSS option of 1 (no timestamps) and of 0 (with
+/// timestamps), B's application sends 1 MiB to each, and the peers acknowledge every
+/// segment at once with a 65,535-byte window; meanwhile the honest transfer runs.
+///
+/// Asserts: the send MSS is `tcp_mss_min` (108) less the options every segment carries
+/// (RFC 6691: 108 without timestamps, 96 with); no segment is larger, none is smaller
+/// except the end of what the application had written; the number of segments for 1 MiB
+/// is ceil(1 MiB / MSS) (9,710 and 10,923) with no retransmission; the retransmission
+/// queue (unacknowledged bytes) never exceeds the peer's window and the send queue its
+/// buffer; B's memory stays bounded and the honest transfer keeps ≥ 80 % of its goodput.
+#[test]
+fn mss_1_and_0_peers_get_tcp_mss_min() {
+    const DATA: u64 = 1 << 20;
+    let tweak: &[(&str, &str)] = &[];
+    let base = baseline(tweak);
+    let mut lab = Lab::new(tweak);
+    lab.open_honest();
+    let mut peers = Vec::new();
+    for (i, (mss, ts)) in [(1u16, false), (0u16, true)].into_iter().enumerate() {
+        let mut e = Evil::new(40_000 + i as u16);
+        assert!(
+            e.connect(&mut lab, Some(mss), false, ts),
+            "MSS {mss} refused"
+        );
+        let id = *lab.accepted.last().expect("accepted");
+        peers.push((e, id, 0u64, SegLog::new()));
+    }
+    let mss_min = lab.b.params().tcp_mss_min;
+    let expect_mss = [mss_min, mss_min - 12];
+    for (k, (_, id, _, _)) in peers.iter().enumerate() {
+        assert_eq!(lab.b.tcp_info(*id).expect("conn").snd_mss, expect_mss[k]);
+    }
+    let sndbuf = lab.b.params().tcp_xmit_hiwat as usize;
+    let mut max_flight = 0u32;
+    let attacked = lab
+        .finish_honest(&mut |lab: &mut Lab| receivers_act(lab, &mut peers, &mut max_flight, DATA));
+    let end = lab.now + Duration::from_secs(10);
+    while peers
+        .iter()
+        .any(|p| p.0.ack.wrapping_sub(p.0.base) < DATA as u32)
+    {
+        assert!(lab.now < end, "MSS-1 transfers stalled");
+        receivers_act(&mut lab, &mut peers, &mut max_flight, DATA);
+        lab.step(ms(1));
+    }
+    assert_throughput("MSS 1 peers", base, attacked);
+    for (k, (e, _, written, log)) in peers.iter().enumerate() {
+        let mss = expect_mss[k] as usize;
+        println!(
+            "MSS {} peer: MSS used {mss}, {} segments ({} retransmitted) for {written} bytes, \
+             pieces {}..={} (tails aside), largest unacknowledged {max_flight}",
+            [1, 0][k],
+            log.segs,
+            log.rexmits,
+            log.min_new,
+            log.max_piece
+        );
+        assert_eq!(*written, DATA);
+        assert_eq!(e.ack.wrapping_sub(e.base), DATA as u32);
+        assert!(log.max_piece <= mss, "{log:?}");
+        assert!(log.min_new >= mss, "a {}-byte runt: {log:?}", log.min_new);
+        assert_eq!(log.rexmits, 0, "{log:?}");
+        assert!(
+            log.segs <= DATA.div_ceil(mss as u64) + 64,
+            "{} segments for 1 MiB at MSS {mss}",
+            log.segs
+        );
+    }
+    assert!(
+        max_flight <= 65_535,
+        "flight {max_flight} beyond the peer's window"
+    );
+    let rcvbuf = lab.b.params().tcp_recv_hiwat as usize;
+    assert!(lab.peak.tcp_bytes <= 2 * sndbuf + rcvbuf, "{:?}", lab.peak);
 }
