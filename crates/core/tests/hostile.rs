@@ -1022,10 +1022,10 @@ fn mss_1_and_0_peers_get_tcp_mss_min() {
         assert!(log.max_piece <= mss, "{log:?}");
         assert!(log.min_new >= mss, "a {}-byte runt: {log:?}", log.min_new);
         assert_eq!(log.rexmits, 0, "{log:?}");
-        assert!(
-            log.segs <= DATA.div_ceil(mss as u64) + 64,
-            "{} segments for 1 MiB at MSS {mss}",
-            log.segs
+        assert_eq!(
+            log.segs,
+            DATA.div_ceil(mss as u64),
+            "segments for 1 MiB at MSS {mss}"
         );
     }
     assert!(
