@@ -416,6 +416,8 @@ struct Evil {
     /// B's ISS + 1: stream offset 0.
     base: u32,
     window: u16,
+    /// Window scale offered in the SYN.
+    wscale: Option<u8>,
     /// Timestamps: (next TSval, last TSval seen from B).
     ts: Option<(u32, u32)>,
 }
@@ -428,6 +430,7 @@ impl Evil {
             ack: 0,
             base: 0,
             window: 65535,
+            wscale: None,
             ts: None,
         }
     }
@@ -458,7 +461,7 @@ impl Evil {
         if ts {
             self.ts = Some((7, 0));
         }
-        let r = self.repr(TcpFlags::SYN, opts(mss, None, sack, None));
+        let r = self.repr(TcpFlags::SYN, opts(mss, self.wscale, sack, None));
         self.frame(&r)
     }
 
@@ -1034,4 +1037,364 @@ fn mss_1_and_0_peers_get_tcp_mss_min() {
     );
     let rcvbuf = lab.b.params().tcp_recv_hiwat as usize;
     assert!(lab.peak.tcp_bytes <= 2 * sndbuf + rcvbuf, "{:?}", lab.peak);
+}
+
+// -------------------------------------------------------------------------------------
+// 4. Crafted SACK blocks.
+// -------------------------------------------------------------------------------------
+
+/// The attacker of the crafted-SACK test and what it measured.
+struct SackAttack {
+    e: Evil,
+    id: ConnId,
+    written: u64,
+    log: SegLog,
+    rng: Rng,
+    /// Highest sequence number B sent (end of the highest segment).
+    hi: u32,
+    /// Malicious ACKs sent.
+    acks: u64,
+    /// Most wire segments B sent in answer to one ACK, and in all.
+    max_segs_per_ack: u64,
+    segs_answering: u64,
+    /// Most SACKed ranges B's scoreboard held.
+    max_ranges: usize,
+    /// The attacker still attacks (else it acknowledges everything, without SACK).
+    hostile: bool,
+}
+
+impl SackAttack {
+    /// Four crafted blocks around the window [una, hi).
+    fn blocks(&mut self) -> Vec<SackBlock> {
+        let una = self.e.ack;
+        let hi = self.hi;
+        let flight = hi.wrapping_sub(una).max(1);
+        let r = &mut self.rng;
+        let mut v = Vec::new();
+        let k = self.acks;
+        if r.below(4) == 0 {
+            // A comb: 1-byte blocks with 1-byte holes between them.
+            let a = una.wrapping_add(r.below(u64::from(flight)) as u32);
+            return (0..4u32)
+                .map(|i| SackBlock {
+                    left: a.wrapping_add(2 * i + 1),
+                    right: a.wrapping_add(2 * i + 2),
+                })
+                .collect();
+        }
+        while v.len() < 4 {
+            let (l, len) = match r.below(256) {
+                // Tiny disjoint blocks inside the flight.
+                0..=191 => (
+                    una.wrapping_add(r.below(u64::from(flight)) as u32),
+                    1 + r.below(3) as u32,
+                ),
+                // Beyond SND.NXT.
+                192..=203 => (
+                    hi.wrapping_add(r.below(1 << 20) as u32),
+                    1 + r.below(3000) as u32,
+                ),
+                // Below SND.UNA, possibly straddling it (D-SACK when first).
+                204..=215 => (
+                    una.wrapping_sub(1 + r.below(100_000) as u32),
+                    1 + r.below(120_000) as u32,
+                ),
+                // Wrapping: right edge "below" the left one, or half the sequence space.
+                216..=227 => (r.u32(), 0x8000_0000u32.wrapping_add(r.below(4000) as u32)),
+                228..=235 => (
+                    una.wrapping_add(r.below(u64::from(flight)) as u32),
+                    u32::MAX - r.below(100) as u32,
+                ),
+                // Overlapping blocks around one point.
+                236..=243 => {
+                    let a = una.wrapping_add(r.below(u64::from(flight)) as u32);
+                    v.push(SackBlock {
+                        left: a.wrapping_sub(20),
+                        right: a.wrapping_add(10),
+                    });
+                    (a, 100)
+                }
+                // Shifting by one byte every ACK.
+                244..=254 => (una.wrapping_add((k % u64::from(flight)) as u32), 1),
+                // The whole flight (reneged on by the next ACKs).
+                _ => (una, flight),
+            };
+            v.push(SackBlock {
+                left: l,
+                right: l.wrapping_add(len),
+            });
+        }
+        v.truncate(4);
+        v
+    }
+
+    /// One step: B's application writes, the attacker answers what B sent.
+    fn act(&mut self, lab: &mut Lab, total: u64) {
+        app_write(lab, self.id, &mut self.written, total);
+        lab.pump();
+        let mut todo: VecDeque<Seen> = lab.take().into();
+        let max_sack_ranges = lab.b.params().tcp_sack_max_ranges as usize;
+        while let Some(s) = todo.pop_front() {
+            if s.tcp.dst_port != self.e.port {
+                continue;
+            }
+            self.log.log(&s, self.e.base, self.written);
+            self.e.saw(&s.tcp);
+            let end = s.tcp.seq.wrapping_add(s.len as u32);
+            // A retransmission (B timed out): the attacker lets the transfer go on.
+            let rexmit = s.len > 0 && (end.wrapping_sub(self.hi) as i32) <= 0;
+            if (end.wrapping_sub(self.hi) as i32) > 0 {
+                self.hi = end;
+            }
+            if s.len == 0 {
+                continue;
+            }
+            let n = if self.hostile { 2 } else { 1 };
+            for _ in 0..n {
+                let f = if self.hostile {
+                    // The cumulative ACK moves one time in 4, half way to the highest
+                    // byte sent or to 64 KiB behind it; otherwise the ACK is a duplicate.
+                    // A retransmission (B timed out or detected loss) is answered with
+                    // everything acknowledged, so that the attack goes on with new data.
+                    if rexmit {
+                        self.e.ack = self.hi;
+                    } else if self.rng.below(4) == 0 {
+                        let gap = self.hi.wrapping_sub(self.e.ack);
+                        self.e.ack = self.hi.wrapping_sub((gap / 2).min(64 * 1024));
+                    }
+                    let b = self.blocks();
+                    self.e.sack_frame(&b)
+                } else {
+                    self.e.ack = self.hi;
+                    self.e.ack_frame()
+                };
+                self.acks += 1;
+                lab.inject(&f);
+                self.answered(lab, &mut todo, max_sack_ranges);
+            }
+        }
+    }
+
+    /// Counts what B sent in answer to one ACK and checks its scoreboard.
+    fn answered(&mut self, lab: &mut Lab, todo: &mut VecDeque<Seen>, max_sack_ranges: usize) {
+        {
+            let answer = lab.take();
+            let segs: u64 = answer
+                .iter()
+                .filter(|a| a.tcp.dst_port == self.e.port && a.len > 0)
+                .map(|a| a.pieces().0 as u64)
+                .sum();
+            self.max_segs_per_ack = self.max_segs_per_ack.max(segs);
+            self.segs_answering += segs;
+            let ranges = lab.b.tcb(self.id).map_or(0, |t| t.sack_ranges());
+            assert!(ranges <= max_sack_ranges, "{ranges} SACK ranges");
+            self.max_ranges = self.max_ranges.max(ranges);
+            todo.extend(answer);
+        }
+    }
+}
+
+/// A peer negotiates SACK and, while B's application sends it 4 MiB, answers every data
+/// segment with an ACK whose cumulative point lags 16 KiB behind (or does not move) and
+/// carries four crafted SACK blocks drawn from: tiny 1-3 byte disjoint blocks in the
+/// flight, blocks beyond SND.NXT, blocks below SND.UNA (D-SACKs when first), blocks
+/// wrapping the sequence space, overlapping blocks, a block shifting by one byte per ACK,
+/// and the whole flight (reneged on by the next ACK). Then it acknowledges the rest
+/// normally. Meanwhile the honest transfer runs.
+///
+/// Asserts: no panic; B's scoreboard holds at most `tcp_sack_max_ranges` after every ACK;
+/// each ACK draws at most a window's worth of full segments (65,535 / MSS + 1); no
+/// segment of new data is smaller than the MSS except the tail of what was written, and
+/// no retransmission is smaller than `tcp_mss_min` less options unless it fills a hole
+/// the peer claimed; the connection survives and delivers all 4 MiB; B's memory is
+/// bounded; the honest transfer is byte-exact with ≥ 80 % of its goodput.
+#[test]
+fn crafted_sack_blocks_are_harmless() {
+    const DATA: u64 = 4 << 20;
+    // A small scoreboard, so that the attack reaches its bound.
+    let tweak: &[(&str, &str)] = &[("tcp_sack_max_ranges", "16")];
+    let base = baseline(tweak);
+    let mut lab = Lab::new(tweak);
+    lab.open_honest();
+    let mut e = Evil::new(50_000);
+    // A window of 8 MiB: the flight is limited by B alone.
+    e.wscale = Some(7);
+    assert!(e.connect(&mut lab, Some(1460), true, false));
+    let id = *lab.accepted.last().expect("accepted");
+    assert!(lab.b.tcp_info(id).expect("conn").sack, "SACK negotiated");
+    let hi = e.ack;
+    let mut at = SackAttack {
+        e,
+        id,
+        written: 0,
+        log: SegLog::new(),
+        rng: Rng(0x5ac5),
+        hi,
+        acks: 0,
+        max_segs_per_ack: 0,
+        segs_answering: 0,
+        max_ranges: 0,
+        hostile: true,
+    };
+    let attacked = lab.finish_honest(&mut |lab: &mut Lab| at.act(lab, DATA));
+    assert_throughput("crafted SACK", base, attacked);
+    // Keep attacking until B's application has written everything, then behave.
+    let end = lab.now + Duration::from_secs(120);
+    while at.written < DATA {
+        assert!(
+            lab.now < end,
+            "crafted-SACK transfer stalled at {}: attacker ack {} hi {}; {:?}; next timer {:?} now {:?}",
+            at.written,
+            at.e.ack.wrapping_sub(at.e.base),
+            at.hi.wrapping_sub(at.e.base),
+            lab.b.tcp_info(id),
+            lab.b.poll_timeout(),
+            lab.now
+        );
+        at.act(&mut lab, DATA);
+        lab.step(ms(1));
+    }
+    let hostile_acks = at.acks;
+    at.hostile = false;
+    while at.e.ack.wrapping_sub(at.e.base) < DATA as u32 {
+        assert!(lab.now < end, "crafted-SACK transfer stalled at the end");
+        at.act(&mut lab, DATA);
+        lab.step(ms(1));
+    }
+    let info = lab.b.tcp_info(id).expect("conn");
+    let mss = info.snd_mss as usize;
+    println!(
+        "crafted SACK: {hostile_acks} hostile ACKs; B sent {} segments ({} retransmitted, \
+         {} bytes for {DATA}); at most {} segments per ACK ({} in all answering ACKs); \
+         scoreboard peak {} ranges (bound {}); smallest new piece {} (tails aside), \
+         smallest retransmission {}, MSS {mss}; peak {:?}",
+        at.log.segs,
+        at.log.rexmits,
+        at.log.bytes,
+        at.max_segs_per_ack,
+        at.segs_answering,
+        at.max_ranges,
+        lab.b.params().tcp_sack_max_ranges,
+        at.log.min_new,
+        at.log.min_rexmit,
+        lab.peak
+    );
+    assert_eq!(info.state, State::Established);
+    assert_eq!(lab.b.tcb(id).and_then(|t| t.error()), None);
+    assert!(hostile_acks >= 1000, "{hostile_acks}");
+    assert!(at.max_segs_per_ack <= 65_535 / mss as u64 + 1);
+    assert!(at.log.max_piece <= mss);
+    assert!(at.log.min_new >= mss, "{:?}", at.log);
+    let mss_min = lab.b.params().tcp_mss_min as usize;
+    assert!(at.log.min_rexmit >= mss_min, "{:?}", at.log);
+    assert_eq!(
+        at.max_ranges, 16,
+        "the scoreboard bound is reached and held"
+    );
+    let sndbuf = lab.b.params().tcp_xmit_hiwat as usize;
+    let rcvbuf = lab.b.params().tcp_recv_hiwat as usize;
+    assert!(lab.peak.tcp_bytes <= sndbuf + rcvbuf, "{:?}", lab.peak);
+}
+
+/// The sharpest fragmentation attack (CVE-2019-11478's "SACK comb"): with about 40
+/// segments in flight, the peer SACKs each segment but its first and last byte, leaving
+/// two-byte holes across every segment boundary (up to `tcp_sack_max_ranges` ranges),
+/// and never moves its cumulative ACK; each segment B sends is answered with duplicate
+/// ACKs repeating the blocks. B's loss recovery must not answer with one tiny segment
+/// per hole: a retransmission carries at least `tcp_mss_min` less options bytes unless
+/// it ends at SND.NXT. Run with RACK (`tcp_recovery=1`, the default) and with the RFC
+/// 6675 rules (`tcp_recovery=0`).
+#[test]
+fn sack_comb_draws_no_tiny_retransmissions() {
+    for recovery in ["1", "0"] {
+        sack_comb(&[("tcp_recovery", recovery)]);
+    }
+}
+
+fn sack_comb(tweak: &[(&str, &str)]) {
+    let mut lab = Lab::new(tweak);
+    let mut e = Evil::new(50_001);
+    e.wscale = Some(7);
+    assert!(e.connect(&mut lab, Some(1460), true, false));
+    let id = *lab.accepted.last().expect("accepted");
+    let mss = lab.b.tcp_info(id).expect("conn").snd_mss;
+    let mut written = 0u64;
+    // Slow start until some 40 segments are in flight.
+    let mut hi = e.ack;
+    for _ in 0..100 {
+        app_write(&mut lab, id, &mut written, 4 << 20);
+        lab.run_for(ms(1));
+        for s in lab.take() {
+            let end = s.tcp.seq.wrapping_add(s.len as u32);
+            if (end.wrapping_sub(hi) as i32) > 0 {
+                hi = end;
+            }
+        }
+        let i = lab.b.tcp_info(id).expect("conn");
+        if i.snd_nxt.wrapping_sub(i.snd_una) >= 40 * mss {
+            break;
+        }
+        e.ack = hi;
+        let f = e.ack_frame();
+        lab.inject(&f);
+    }
+    let una = e.ack;
+    let in_flight = hi.wrapping_sub(una);
+    assert!(in_flight >= 40 * mss, "{in_flight} bytes in flight");
+    let max_ranges = lab.b.params().tcp_sack_max_ranges;
+    let segs = (in_flight / mss).min(max_ranges);
+    let block = |k: u32| SackBlock {
+        left: una.wrapping_add(k * mss + 1),
+        right: una.wrapping_add((k + 1) * mss - 1),
+    };
+    let mut next_k = 0u32;
+    let mut comb = |e: &mut Evil, n: u32| -> Vec<u8> {
+        let b: Vec<SackBlock> = (0..n).map(|j| block((next_k + j) % segs)).collect();
+        next_k = (next_k + n) % segs;
+        e.sack_frame(&b)
+    };
+    for _ in 0..segs.div_ceil(4) {
+        let f = comb(&mut e, 4);
+        lab.inject(&f);
+    }
+    let ranges = lab.b.tcb(id).map_or(0, |t| t.sack_ranges());
+    let mut rexmits = Vec::new();
+    let end = lab.now + Duration::from_secs(5);
+    let mut first = true;
+    while lab.now < end {
+        let out = if first { Vec::new() } else { lab.take() };
+        first = false;
+        for s in out {
+            if s.len == 0 {
+                continue;
+            }
+            let off = s.tcp.seq.wrapping_sub(una);
+            if off < in_flight {
+                rexmits.push((off, s.len));
+            }
+            let f = comb(&mut e, 4);
+            lab.inject(&f);
+        }
+        let next = lab.next_event().unwrap_or(end).min(end);
+        let dt = next.saturating_duration_since(lab.now).max(ms(1));
+        lab.run_for(dt);
+    }
+    let mss_min = lab.b.params().tcp_mss_min as usize;
+    println!(
+        "SACK comb {tweak:?}: {segs} holes, scoreboard {ranges} ranges; {} retransmissions in 5 s: {:?}",
+        rexmits.len(),
+        &rexmits[..rexmits.len().min(48)]
+    );
+    assert!(ranges <= max_ranges as usize);
+    for &(off, len) in &rexmits {
+        assert!(
+            len >= mss_min || off + len as u32 >= in_flight,
+            "a {len}-byte retransmission at offset {off}: {rexmits:?}"
+        );
+    }
+    assert!(
+        rexmits.len() <= 4 * segs as usize,
+        "{} retransmissions",
+        rexmits.len()
+    );
 }
