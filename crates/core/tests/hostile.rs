@@ -522,9 +522,11 @@ impl Evil {
 /// connections are gone after `tcp_ip_abort_cinterval`; the honest transfer is
 /// byte-exact with ≥ 80 % of its goodput.
 ///
-/// Figures (release): peak half_open 1024 (bound 1024), peak conns 1025, peak tcp_bytes
-/// 1,190,656 (the honest connection's queues), SYN,ACKs seen by the attacker 50,000 +
-/// retransmissions; honest goodput see the test output ("cargo test -- --nocapture").
+/// Figures: peak half_open 1,024 (bound 1,024), peak conns 1,025, peak tcp_bytes 95,568
+/// (the honest connection's queues), 48,976 cookies, 50,000 SYN,ACKs seen by the
+/// attacker during the transfer; 200 s later no half-open connection is left, and B
+/// woke up 17 times in those 200 s. Honest goodput 32.5 MB/s without and with the
+/// flood (100 %). (`-- --nocapture` prints the figures of every test.)
 #[test]
 fn slow_loris_half_open_flood() {
     const SYNS: u32 = 50_000;
@@ -603,6 +605,10 @@ fn slow_loris_half_open_flood() {
 /// byte-exact with ≥ 80 % of its goodput; and the idle connections cost B no timer
 /// work: over 10 idle minutes B wakes up a bounded number of times, independent of
 /// the number of connections (no keepalive by default, RFC 9293 §3.8.4 MUST-24).
+///
+/// Figures: 1,999 established, 101 refused (tcpConnLimitDrops 101), peak conns 2,000,
+/// peak half_open 1; 1 wakeup of B in 10 idle minutes and nothing sent; honest goodput
+/// 32.5 MB/s without and with the flood (100 %).
 #[test]
 fn slow_loris_idle_established_up_to_the_limit() {
     const TRIES: u16 = 2_100;
@@ -735,6 +741,12 @@ impl ZeroWindow {
 /// fails after R2 (`tcp_ip_abort_interval`, 480 s) without an answer; when the
 /// application closes the socket (an orphan), it is dropped after 8 unanswered-window
 /// probes, as Linux's `tcp_orphan_retries`.
+///
+/// Figures: probe intervals 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2 s, then 60 s
+/// (the cap) for the rest of the hour: 67 probes to the answering peer, 68 wakeups of
+/// B in the hour; the orphan went after 8 probes, the mute peer after 15 (R2); peak
+/// tcp_bytes 1,119,568 = 8 x 128,000 + 95,568 (honest); honest goodput 32.5 MB/s
+/// without and with the peers (100 %), no tcpRcvMemDrops.
 #[test]
 fn zero_window_peers_are_probed_with_backoff_and_bounded() {
     const PEERS: usize = 8;
@@ -973,6 +985,10 @@ fn receivers_act(
 /// is ceil(1 MiB / MSS) (9,710 and 10,923) with no retransmission; the retransmission
 /// queue (unacknowledged bytes) never exceeds the peer's window and the send queue its
 /// buffer; B's memory stays bounded and the honest transfer keeps ≥ 80 % of its goodput.
+///
+/// Figures: MSS 108 and 96; 9,710 and 10,923 segments for 1 MiB, none retransmitted,
+/// every piece exactly the MSS but the last; at most 65,472 bytes unacknowledged; honest
+/// goodput 32.5 MB/s without and with the peers (100 %).
 #[test]
 fn mss_1_and_0_peers_get_tcp_mss_min() {
     const DATA: u64 = 1 << 20;
@@ -1208,6 +1224,13 @@ impl SackAttack {
 /// no retransmission is smaller than `tcp_mss_min` less options unless it fills a hole
 /// the peer claimed; the connection survives and delivers all 4 MiB; B's memory is
 /// bounded; the honest transfer is byte-exact with ≥ 80 % of its goodput.
+///
+/// Figures (`tcp_sack_max_ranges` = 16): 5,760 hostile ACKs; B sent 2,882 segments for
+/// 4 MiB, 9 of them retransmissions (4,205,464 bytes in all); at most 38 segments in
+/// answer to one ACK (bound 45), 1,853 in answer to all; the scoreboard held 16 ranges
+/// at most (the bound, reached); smallest retransmission 668 bytes, every new segment
+/// 1,460 but the tails; peak tcp_bytes 128,000; honest goodput 32.5 MB/s without and
+/// with the attacker (100 %).
 #[test]
 fn crafted_sack_blocks_are_harmless() {
     const DATA: u64 = 4 << 20;
@@ -1304,6 +1327,12 @@ fn crafted_sack_blocks_are_harmless() {
 /// per hole: a retransmission carries at least `tcp_mss_min` less options bytes unless
 /// it ends at SND.NXT. Run with RACK (`tcp_recovery=1`, the default) and with the RFC
 /// 6675 rules (`tcp_recovery=0`).
+///
+/// Figures: 43 two-byte holes, 43 ranges on the scoreboard. With RACK: 4 retransmissions
+/// in 5 s, all of the first segment (RACK marks no partly SACKed segment lost; the
+/// retransmission timer does the work). With RFC 6675: 89 retransmissions in 5 s, one
+/// per hole, of 108 bytes each (`tcp_mss_min`); before the fix in `plan_retransmission`
+/// (tcp/output.rs) they carried 1 or 2 bytes each.
 #[test]
 fn sack_comb_draws_no_tiny_retransmissions() {
     for recovery in ["1", "0"] {
@@ -1397,4 +1426,40 @@ fn sack_comb(tweak: &[(&str, &str)]) {
         "{} retransmissions",
         rexmits.len()
     );
+}
+
+/// Zero-window peers against a tight `tcp_mem_max` (1,024 KiB): nine peers each pin a
+/// full send buffer (9 x 128,000 bytes = 1,152,000 > 1,048,576), and since the bound
+/// counts send queues but is enforced only on data arriving from the network
+/// (`Host::tcp_input`), every connection's incoming data is then dropped: the honest
+/// transfer receives nothing (measured: 0 of 4 MiB in 2 s, 14 tcpRcvMemDrops, A's
+/// retransmissions backing off). With the default bound (1 GiB) the same takes about
+/// 8,400 such peers. Ignored until the policy is settled (writes refused past the
+/// bound, or a per-connection share that incoming data may always use); this is the
+/// test that should then pass.
+#[test]
+#[ignore = "tcp_mem_max: send buffers pinned by zero-window peers starve every receiver"]
+fn zero_window_peers_pinning_tcp_mem_max_do_not_starve_receivers() {
+    const PEERS: usize = 9;
+    let tweak: &[(&str, &str)] = &[("tcp_mem_max", "1024")];
+    let base = baseline(tweak);
+    let mut lab = Lab::new(tweak);
+    lab.open_honest();
+    let mut zw = ZeroWindow {
+        peers: Vec::new(),
+        ids: Vec::new(),
+        written: vec![0; PEERS],
+        seen: vec![Vec::new(); PEERS],
+        mute: vec![false; PEERS],
+        closed: vec![false; PEERS],
+    };
+    for i in 0..PEERS {
+        let mut e = Evil::new(30_000 + i as u16);
+        e.window = 0;
+        assert!(e.connect(&mut lab, Some(1460), true, true));
+        zw.peers.push(e);
+        zw.ids.push(*lab.accepted.last().expect("accepted"));
+    }
+    let attacked = lab.finish_honest(&mut |lab: &mut Lab| zw.act(lab));
+    assert_throughput("zero-window peers over tcp_mem_max", base, attacked);
 }
