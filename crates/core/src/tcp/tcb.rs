@@ -1229,8 +1229,8 @@ impl Tcb {
         self.snd_buf.len() + self.rcv_buf.len() + self.ooo.bytes()
     }
 
-    /// SACKed ranges the scoreboard holds now (at most `tcp_sack_max_ranges`; RFC 6675
-    /// §3 keeps no more than the receiver's blocks need): for tests of crafted SACKs.
+    /// SACKed ranges the scoreboard (RFC 6675 §3) holds now, at most
+    /// `tcp_sack_max_ranges`: for tests of crafted SACK blocks.
     pub fn sack_ranges(&self) -> usize {
         self.sb.ranges().count()
     }
