@@ -254,6 +254,16 @@ impl Tcb {
             }
             cand
         };
+        // A hole smaller than `tcp_mss_min` (a peer that SACKs all but a byte or two of
+        // every segment, the "SACK comb" of CVE-2019-11478) goes out with the SACKed
+        // octets after it, up to `tcp_mss_min`: one runt per hole would let the peer
+        // choose the segment size. RFC 6675 §4 NextSeg() sends "up to SMSS" from the
+        // hole; re-sending SACKed octets is harmless (SACK is advisory, RFC 2018 §8).
+        let span = if span > 0 {
+            span.max(self.set.mss_min.min(mss).min(self.snd_nxt.since(seq)))
+        } else {
+            span
+        };
         if span == 0 {
             return None;
         }

@@ -1229,6 +1229,12 @@ impl Tcb {
         self.rcv_buf.len() + self.ooo.bytes()
     }
 
+    /// SACKed ranges the scoreboard (RFC 6675 §3) holds now, at most
+    /// `tcp_sack_max_ranges`: for tests of crafted SACK blocks.
+    pub fn sack_ranges(&self) -> usize {
+        self.sb.ranges().count()
+    }
+
     /// A `tcp_info`-like snapshot.
     pub fn info(&self) -> TcbInfo {
         TcbInfo {
