@@ -1429,16 +1429,13 @@ fn sack_comb(tweak: &[(&str, &str)]) {
 }
 
 /// Zero-window peers against a tight `tcp_mem_max` (1,024 KiB): nine peers each pin a
-/// full send buffer (9 x 128,000 bytes = 1,152,000 > 1,048,576), and since the bound
-/// counts send queues but is enforced only on data arriving from the network
-/// (`Host::tcp_input`), every connection's incoming data is then dropped: the honest
-/// transfer receives nothing (measured: 0 of 4 MiB in 2 s, 14 tcpRcvMemDrops, A's
-/// retransmissions backing off). With the default bound (1 GiB) the same takes about
-/// 8,400 such peers. Ignored until the policy is settled (writes refused past the
-/// bound, or a per-connection share that incoming data may always use); this is the
-/// test that should then pass.
+/// full send buffer (9 x 128,000 bytes = 1,152,000 > 1,048,576). When the bound counted
+/// send queues (it is enforced on data arriving from the network, `Host::tcp_input`),
+/// every connection's incoming data was then dropped: the honest transfer received 0 of
+/// 4 MiB in 2 s (14 tcpRcvMemDrops). The bound now counts only receive and out-of-order
+/// queues, what the network makes the host keep; send queues are bounded per connection
+/// by the send buffer and by `tcp_max_conns`. The honest transfer keeps its goodput.
 #[test]
-#[ignore = "tcp_mem_max: send buffers pinned by zero-window peers starve every receiver"]
 fn zero_window_peers_pinning_tcp_mem_max_do_not_starve_receivers() {
     const PEERS: usize = 9;
     let tweak: &[(&str, &str)] = &[("tcp_mem_max", "1024")];
