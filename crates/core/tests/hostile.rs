@@ -1314,6 +1314,10 @@ fn crafted_sack_blocks_are_harmless() {
         at.max_ranges, 16,
         "the scoreboard bound is reached and held"
     );
+    // ... and what it forgot there is counted.
+    let forgotten = lab.b.stats().tcp.sack_ranges_forgotten;
+    assert!(forgotten > 0, "tcpSackRangesForgotten {forgotten}");
+    println!("crafted SACK: tcpSackRangesForgotten {forgotten}");
     let sndbuf = lab.b.params().tcp_xmit_hiwat as usize;
     let rcvbuf = lab.b.params().tcp_recv_hiwat as usize;
     assert!(lab.peak.tcp_bytes <= sndbuf + rcvbuf, "{:?}", lab.peak);

@@ -118,6 +118,7 @@ mib!(
         syncookies_failed => "tcpSynCookiesFailed",
         conn_limit_drops => "tcpConnLimitDrops",
         mem_drops => "tcpRcvMemDrops",
+        sack_ranges_forgotten => "tcpSackRangesForgotten",
         conns_now => "tcpConns",
         mem_bytes => "tcpMemBytes",
         in_closed => "tcpInClosed",
@@ -146,6 +147,7 @@ impl TcpStats {
         self.dsacks_out += s.dsacks_sent;
         self.dsacks_in += s.dsacks_in;
         self.challenge_acks += s.challenge_acks;
+        self.sack_ranges_forgotten += s.sack_ranges_forgotten;
         self.paws_drops += s.paws_drops;
         self.ooo_drops += s.rcv_drops_full;
         self.attempt_fails += s.attempt_fails;
@@ -191,6 +193,7 @@ impl TcbStats {
             tlp_recoveries,
             spurious_rtx,
             tsq_throttled,
+            sack_ranges_forgotten,
         } = *o;
         self.segs_in += segs_in;
         self.segs_out += segs_out;
@@ -220,6 +223,7 @@ impl TcbStats {
         self.tlp_recoveries += tlp_recoveries;
         self.spurious_rtx += spurious_rtx;
         self.tsq_throttled += tsq_throttled;
+        self.sack_ranges_forgotten += sack_ranges_forgotten;
         self.bad_acks += bad_acks;
         self.recoveries += recoveries;
         self.prr_segs += prr_segs;

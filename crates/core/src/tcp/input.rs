@@ -495,6 +495,7 @@ impl Tcb {
                 .sb
                 .update(ack.max(self.snd_una), self.snd_nxt, &blocks[..n]);
             newly_sacked = d.newly_sacked;
+            self.stats.sack_ranges_forgotten = self.sb.forgotten();
             if d.dsack {
                 self.stats.dsacks_in += 1;
                 dsack = Some(blocks[0]);

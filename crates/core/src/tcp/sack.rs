@@ -55,6 +55,8 @@ pub struct Scoreboard {
     max_ranges: usize,
     /// Sum of the range lengths.
     sacked: u32,
+    /// Ranges forgotten because the bound was reached.
+    forgotten: u64,
 }
 
 impl Scoreboard {
@@ -69,7 +71,13 @@ impl Scoreboard {
             ranges: Vec::new(),
             max_ranges,
             sacked: 0,
+            forgotten: 0,
         }
+    }
+
+    /// Ranges forgotten so far because `max_ranges` was reached.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
     }
 
     /// The range bound this scoreboard was built with (after clamping).
@@ -345,6 +353,7 @@ impl Scoreboard {
         while self.ranges.len() > self.max_ranges {
             if let Some((s, e)) = self.ranges.pop() {
                 self.sacked = self.sacked.saturating_sub(e.since(s));
+                self.forgotten += 1;
             }
         }
         added

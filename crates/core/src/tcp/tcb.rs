@@ -84,6 +84,8 @@ pub struct TcbStats {
     /// Times new data was held back only by the transmit quota (TCP Small Queues,
     /// [`Tcb::set_tx_quota`]).
     pub tsq_throttled: u64,
+    /// SACK ranges the scoreboard forgot at its bound (`tcp_sack_max_ranges`).
+    pub sack_ranges_forgotten: u64,
 }
 
 /// A `tcp_info`-like snapshot of one connection (for netstat and tests).
