@@ -1,7 +1,9 @@
 //! A host receiving arbitrary frames, with a persistent connection.
 //!
 //! Two hosts A and B share a virtual Ethernet; A has an established connection to B's
-//! listener and has sent B 8 KiB that B acknowledged but has not read. The fuzz input is
+//! listener and has sent B 8 KiB that B acknowledged but has not read. The listener also
+//! holds a second connection from A, established but not yet accepted, and a half-open
+//! one (a SYN from C, an address nobody answers for). The fuzz input is
 //! then a list of events: raw frames, IPv4 datagrams with valid headers and arbitrary
 //! content, TCP segments in the live connection's 4-tuple (sequence numbers relative to
 //! the real ones, arbitrary option bytes), and the passage of time. Afterwards:
@@ -74,6 +76,33 @@ fuzz_target!(|events: Vec<Event>| {
     let a_addr = net.a.tcb(aid).expect("a").local();
     net.send_all(aid, &pattern(0, 8192));
     assert_eq!(net.a.tcp_info(aid).expect("a").unacked, 0);
+    // A connection in the listener's accept queue, and one in its SYN queue.
+    net.a
+        .tcp_connect(net.now, SERVER, None)
+        .expect("second connect");
+    let syn = tcp_raw(
+        (C_IP, 5555),
+        (B_IP, PORT),
+        0x1234_5678,
+        0,
+        0x02,
+        8192,
+        0,
+        &[2, 4, 0x05, 0xb4],
+        &[],
+    );
+    let syn = ipv4_raw(C_IP, B_IP, 6, 7, 0x4000, &syn);
+    net.b.receive(
+        net.now,
+        IfaceId(0),
+        &eth(B_MAC, C_MAC, ethertype::IPV4, &syn),
+    );
+    net.run_for(Duration::from_millis(20));
+    assert!(
+        net.b.conn_count() >= 3,
+        "{} connections",
+        net.b.conn_count()
+    );
 
     let mut spoofed_a = false;
     for ev in events.iter().take(256) {
@@ -174,7 +203,8 @@ fuzz_target!(|events: Vec<Event>| {
     let _ = a_addr;
 
     if !spoofed_a {
-        // B keeps working for new connections.
+        // B keeps working for new connections (first taking what its accept queue holds).
+        while net.b.tcp_accept(net.listener).is_ok() {}
         let (aid2, bid2) = net.connect();
         let data = pattern(3, 4096);
         let got = net.transfer(aid2, bid2, &data, Duration::from_secs(120));

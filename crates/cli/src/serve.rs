@@ -14,9 +14,8 @@ use crate::link::{self, LinkArgs};
 use clap::Args;
 use ember_apps::net::EmberNet;
 use ember_apps::server::{spawn_service, ServiceStats, Stop};
-use serde::Deserialize;
-use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use ember_config::FileConfig;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -57,34 +56,6 @@ pub struct ServeArgs {
     pub duration: Option<f64>,
 }
 
-/// The TOML file's shape: the same options.
-#[derive(Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    tap: Option<String>,
-    af_packet: Option<String>,
-    addr: Option<String>,
-    gw: Option<Ipv4Addr>,
-    squeues: Option<usize>,
-    queues: Option<usize>,
-    offload: Option<bool>,
-    mtu: Option<u32>,
-    capture: Option<PathBuf>,
-    capture_snaplen: Option<u32>,
-    capture_max_bytes: Option<u64>,
-    impair: Option<String>,
-    root: Option<PathBuf>,
-    echo_port: Option<u16>,
-    discard_port: Option<u16>,
-    chargen_port: Option<u16>,
-    http_port: Option<u16>,
-    iperf3_port: Option<u16>,
-    max_conns: Option<usize>,
-    #[serde(default)]
-    params: BTreeMap<String, toml::Value>,
-    duration: Option<f64>,
-}
-
 /// Checked settings.
 #[derive(Debug)]
 struct Settings {
@@ -101,13 +72,13 @@ fn settings(mut a: ServeArgs) -> Result<Settings, String> {
         Some(p) => {
             let meta =
                 std::fs::metadata(p).map_err(|e| format!("--config {}: {e}", p.display()))?;
-            if meta.len() > 1 << 20 {
+            // Not read at all when it is too large (`parse` would refuse it).
+            if meta.len() > ember_config::MAX_SIZE as u64 {
                 return Err(format!("--config {}: larger than 1 MiB", p.display()));
             }
             let text =
                 std::fs::read_to_string(p).map_err(|e| format!("--config {}: {e}", p.display()))?;
-            toml::from_str::<FileConfig>(&text)
-                .map_err(|e| format!("--config {}: {e}", p.display()))?
+            ember_config::parse(&text).map_err(|e| format!("--config {}: {e}", p.display()))?
         }
         None => FileConfig::default(),
     };
@@ -116,18 +87,7 @@ fn settings(mut a: ServeArgs) -> Result<Settings, String> {
     }
     merge!(a.link; tap, af_packet, addr, gw, squeues, queues, offload, mtu, capture, capture_snaplen, capture_max_bytes, impair);
     merge!(a; root, echo_port, discard_port, chargen_port, http_port, iperf3_port, max_conns, duration);
-    let file_params: Vec<(String, String)> = file
-        .params
-        .iter()
-        .map(|(k, v)| {
-            let v = match v {
-                toml::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k.clone(), v)
-        })
-        .collect();
-    let link = a.link.check(file_params)?;
+    let link = a.link.check(file.param_pairs())?;
     if let Some(r) = &a.root {
         if !r.is_dir() {
             return Err(format!("--root {}: not a directory", r.display()));

@@ -255,9 +255,10 @@ fn serve(listener: &UnixListener, ctx: Ctx, stop: Arc<AtomicBool>) {
     }
 }
 
-/// Reads one line of at most [`MAX_REQUEST`] bytes from `conn` by `deadline`: `Ok(None)`
-/// when it is longer.
-fn read_request(conn: &UnixStream, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
+/// Reads one request line from `conn` by `deadline`, without its newline (or all the
+/// bytes up to end of file). Stops at [`MAX_REQUEST`] bytes: a longer line is returned
+/// cut there (at most 512 bytes past the limit), and [`parse_request`] refuses it.
+fn read_request(conn: &UnixStream, deadline: Instant) -> io::Result<Vec<u8>> {
     let mut line = Vec::new();
     let mut buf = [0u8; 512];
     loop {
@@ -286,15 +287,17 @@ fn read_request(conn: &UnixStream, deadline: Instant) -> io::Result<Option<Vec<u
             Err(e) => return Err(e),
         };
         if n == 0 {
-            return Ok(Some(line));
+            return Ok(line);
         }
         match buf[..n].iter().position(|&b| b == b'\n') {
-            Some(i) if line.len() + i < MAX_REQUEST => {
+            Some(i) => {
                 line.extend_from_slice(&buf[..i]);
-                return Ok(Some(line));
+                return Ok(line);
             }
-            None if line.len() + n < MAX_REQUEST => line.extend_from_slice(&buf[..n]),
-            _ => return Ok(None),
+            None => line.extend_from_slice(&buf[..n]),
+        }
+        if line.len() >= MAX_REQUEST {
+            return Ok(line);
         }
     }
 }
@@ -320,18 +323,8 @@ fn write_answer(conn: &UnixStream, out: &[u8], deadline: Instant) -> io::Result<
 
 /// Reads one request from `conn`, answers it, closes.
 fn answer(ctx: &Ctx, conn: UnixStream) {
-    let reply = match read_request(&conn, Instant::now() + IO_TIMEOUT) {
-        Ok(None) => Err(err(
-            io::ErrorKind::InvalidInput,
-            format!("request longer than {MAX_REQUEST} bytes"),
-        )),
-        Ok(Some(line)) if line.is_empty() => Err(err(io::ErrorKind::InvalidInput, "empty request")),
-        Ok(Some(line)) => match std::str::from_utf8(&line) {
-            Ok(s) => handle(ctx, s.trim()),
-            Err(_) => Err(err(io::ErrorKind::InvalidInput, "request is not UTF-8")),
-        },
-        Err(e) => Err(e),
-    };
+    let reply =
+        read_request(&conn, Instant::now() + IO_TIMEOUT).and_then(|line| handle(ctx, &line));
     let mut out = Vec::new();
     match reply {
         Ok(body) => {
@@ -357,20 +350,120 @@ fn err(kind: io::ErrorKind, msg: impl Into<String>) -> io::Error {
     io::Error::new(kind, msg.into())
 }
 
-/// Answers one request line.
-fn handle(ctx: &Ctx, req: &str) -> io::Result<String> {
-    let words: Vec<&str> = req.split_whitespace().collect();
+/// A parsed control request (the table in the module documentation). Its `Display`
+/// form is the canonical request line, which [`parse_request`] reads back as the same
+/// request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `info`
+    Info,
+    /// `ndd list`
+    NddList,
+    /// `ndd get NAME`
+    NddGet(&'a str),
+    /// `ndd set NAME VALUE`
+    NddSet(&'a str, &'a str),
+    /// `kstat [MODULE[:NAME]]`
+    Kstat(Option<&'a str>),
+    /// `netstat [-f]`
+    Netstat { full: bool },
+}
+
+impl std::fmt::Display for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Info => f.write_str("info"),
+            Request::NddList => f.write_str("ndd list"),
+            Request::NddGet(name) => write!(f, "ndd get {name}"),
+            Request::NddSet(name, value) => write!(f, "ndd set {name} {value}"),
+            Request::Kstat(None) => f.write_str("kstat"),
+            Request::Kstat(Some(filter)) => write!(f, "kstat {filter}"),
+            Request::Netstat { full: false } => f.write_str("netstat"),
+            Request::Netstat { full: true } => f.write_str("netstat -f"),
+        }
+    }
+}
+
+/// Parses one request as a client sends it: the bytes up to the first newline (anything
+/// after it is not part of the request; the server never reads it), which must be fewer
+/// than [`MAX_REQUEST`] (the newline makes the limit), non-empty and UTF-8. Whitespace
+/// around the request, a `\r` before the newline included, is ignored; words are
+/// separated by any whitespace. Every error is `InvalidInput`, with the message the
+/// server answers (`error invalid: MESSAGE`).
+pub fn parse_request(line: &[u8]) -> io::Result<Request<'_>> {
+    parse_words(request_text(line)?)
+}
+
+/// The framing checks of [`parse_request`], made before the stack is looked at: the
+/// request's text, trimmed.
+fn request_text(line: &[u8]) -> io::Result<&str> {
+    let line = match line.iter().position(|&b| b == b'\n') {
+        Some(i) => &line[..i],
+        None => line,
+    };
+    if line.len() >= MAX_REQUEST {
+        return Err(err(
+            io::ErrorKind::InvalidInput,
+            format!("request longer than {MAX_REQUEST} bytes"),
+        ));
+    }
+    if line.is_empty() {
+        return Err(err(io::ErrorKind::InvalidInput, "empty request"));
+    }
+    match std::str::from_utf8(line) {
+        Ok(s) => Ok(s.trim()),
+        Err(_) => Err(err(io::ErrorKind::InvalidInput, "request is not UTF-8")),
+    }
+}
+
+/// The request named by the (trimmed) text `req`.
+fn parse_words(req: &str) -> io::Result<Request<'_>> {
+    let mut words = req.split_whitespace();
+    let first = [words.next(), words.next(), words.next(), words.next()];
+    let parsed = if words.next().is_some() {
+        None
+    } else {
+        match first {
+            [Some("info"), None, ..] => Some(Request::Info),
+            [Some("ndd"), Some("list"), None, _] => Some(Request::NddList),
+            [Some("ndd"), Some("get"), Some(name), None] => Some(Request::NddGet(name)),
+            [Some("ndd"), Some("set"), Some(name), Some(value)] => {
+                Some(Request::NddSet(name, value))
+            }
+            [Some("kstat"), None, ..] => Some(Request::Kstat(None)),
+            [Some("kstat"), Some(filter), None, _] => Some(Request::Kstat(Some(filter))),
+            [Some("netstat"), None, ..] => Some(Request::Netstat { full: false }),
+            [Some("netstat"), Some("-f"), None, _] => Some(Request::Netstat { full: true }),
+            _ => None,
+        }
+    };
+    parsed.ok_or_else(|| {
+        err(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "unknown request '{}'; requests: info, ndd list, ndd get NAME, \
+                 ndd set NAME VALUE, kstat [MODULE[:NAME]], netstat [-f]",
+                req.chars().take(80).collect::<String>()
+            ),
+        )
+    })
+}
+
+/// Answers one request line (as [`read_request`] returns it).
+fn handle(ctx: &Ctx, line: &[u8]) -> io::Result<String> {
+    // The order of the checks is the answer's: framing, then the stack, then the words.
+    let req = request_text(line)?;
     let Some(inner) = ctx.stack.upgrade() else {
         return Err(err(io::ErrorKind::NotConnected, "the stack has gone"));
     };
     let stack = Stack { inner };
-    if stack.inner.closing.load(Ordering::SeqCst) && words.first() != Some(&"info") {
+    if stack.inner.closing.load(Ordering::SeqCst) && req.split_whitespace().next() != Some("info") {
         return Err(err(io::ErrorKind::NotConnected, "the stack has shut down"));
     }
-    match words.as_slice() {
-        ["info"] => Ok(info(ctx, &stack)),
-        ["ndd", "list"] => Ok(ndd_list(&stack.params())),
-        ["ndd", "get", name] => stack
+    match parse_words(req)? {
+        Request::Info => Ok(info(ctx, &stack)),
+        Request::NddList => Ok(ndd_list(&stack.params())),
+        Request::NddGet(name) => stack
             .params()
             .get(name)
             .map(|v| format!("{v}\n"))
@@ -380,7 +473,7 @@ fn handle(ctx: &Ctx, req: &str) -> io::Result<String> {
                     ParamError::Unknown(name.to_string()).to_string(),
                 )
             }),
-        ["ndd", "set", name, value] => {
+        Request::NddSet(name, value) => {
             stack.set_param(name, value).map_err(|e| match e {
                 ParamError::Unknown(_) => err(io::ErrorKind::NotFound, e.to_string()),
                 e => e.into(),
@@ -390,18 +483,8 @@ fn handle(ctx: &Ctx, req: &str) -> io::Result<String> {
                 stack.params().get(name).unwrap_or_default()
             ))
         }
-        ["kstat"] => heavy(ctx, || kstat(&stack, None)),
-        ["kstat", filter] => heavy(ctx, || kstat(&stack, Some(filter))),
-        ["netstat"] => heavy(ctx, || Ok(netstat(&stack, false))),
-        ["netstat", "-f"] => heavy(ctx, || Ok(netstat(&stack, true))),
-        _ => Err(err(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "unknown request '{}'; requests: info, ndd list, ndd get NAME, \
-                 ndd set NAME VALUE, kstat [MODULE[:NAME]], netstat [-f]",
-                req.chars().take(80).collect::<String>()
-            ),
-        )),
+        Request::Kstat(filter) => heavy(ctx, || kstat(&stack, filter)),
+        Request::Netstat { full } => heavy(ctx, || Ok(netstat(&stack, full))),
     }
 }
 
@@ -769,5 +852,84 @@ impl Stack {
     /// until the returned server is dropped.
     pub fn serve_control(&self) -> io::Result<ControlServer> {
         ControlServer::start(self, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(line: &[u8]) -> String {
+        let e = parse_request(line).expect_err("an error");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        e.to_string()
+    }
+
+    #[test]
+    fn parses_every_request() {
+        let cases: [(&[u8], Request); 9] = [
+            (b"info", Request::Info),
+            (b"ndd list\n", Request::NddList),
+            (b"ndd get tcp_mss\r\n", Request::NddGet("tcp_mss")),
+            (b"  ndd\tset  a b ", Request::NddSet("a", "b")),
+            (b"kstat", Request::Kstat(None)),
+            (b"kstat tcp:conns", Request::Kstat(Some("tcp:conns"))),
+            (b"netstat", Request::Netstat { full: false }),
+            (b"netstat -f\nignored \xff", Request::Netstat { full: true }),
+            (b"info\n\n", Request::Info),
+        ];
+        for (line, want) in cases {
+            let got = parse_request(line).expect("parses");
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(line));
+            // The canonical text reads back as the same request.
+            assert_eq!(parse_request(got.to_string().as_bytes()).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn unknown_requests_are_invalid_input() {
+        for line in [
+            &b"bogus"[..],
+            b"info extra",
+            b"ndd",
+            b"ndd get",
+            b"ndd set a",
+            b"ndd set a b c",
+            b"kstat a b",
+            b"netstat -x",
+            b"netstat -f -f",
+            b"NDD list",
+            b"   ",
+            b"\r",
+        ] {
+            let msg = invalid(line);
+            assert!(msg.starts_with("unknown request '"), "{msg}");
+        }
+        // The echo of the request is cut at 80 characters.
+        let long = format!("x{}", "é".repeat(200));
+        let msg = invalid(long.as_bytes());
+        assert!(msg.starts_with(&format!("unknown request 'x{}';", "é".repeat(79))));
+    }
+
+    #[test]
+    fn framing_errors() {
+        assert_eq!(invalid(b""), "empty request");
+        assert_eq!(invalid(b"\n"), "empty request");
+        assert_eq!(invalid(b"info\xff"), "request is not UTF-8");
+        assert_eq!(invalid(b"\xc3"), "request is not UTF-8");
+        // MAX_REQUEST counts the newline: MAX_REQUEST - 1 bytes of text is the longest.
+        let mut ok = b"kstat ".to_vec();
+        ok.resize(MAX_REQUEST - 1, b'a');
+        assert!(parse_request(&ok).is_ok());
+        ok.push(b'\n');
+        assert!(parse_request(&ok).is_ok());
+        let mut long = ok.clone();
+        long.pop();
+        long.push(b'a');
+        let too_long = format!("request longer than {MAX_REQUEST} bytes");
+        assert_eq!(invalid(&long), too_long);
+        long.push(b'\n');
+        assert_eq!(invalid(&long), too_long);
+        assert_eq!(invalid(&vec![0xff; 1 << 20]), too_long);
     }
 }
