@@ -282,33 +282,18 @@ impl Host {
         mtu: u32,
         user_mss: Option<u32>,
     ) {
-        let set = &self.tcp_set;
-        let peer_mss = syn.options.mss.unwrap_or(set.mss_def.min(65_535) as u16);
-        let c = crate::tcp::syncookie::encode(
+        let Some(r) = crate::tcp::syncookie::syn_ack(
             &self.isn,
             now,
             local,
             remote,
             syn,
-            self.isn.ts_offset(local, remote),
-            peer_mss,
-            (true, set.sack >= 1),
-        );
-        let spec = ConnSpec {
-            local,
-            remote,
-            iss: c.iss,
-            ts_offset: c.ts_offset,
+            &self.tcp_set,
             mtu,
-        };
-        let mut tcb = Tcb::accept(now, spec, set.clone(), syn);
-        if let Some(m) = user_mss {
-            let _ = tcb.set_user_mss(m);
-        }
-        let Some(out) = tcb.poll_transmit(now) else {
+            user_mss,
+        ) else {
             return;
         };
-        let r = out.repr;
         if let Some(l) = self.listeners.get_mut(lid.0) {
             l.cookie_at = Some(now);
         }
@@ -330,19 +315,19 @@ impl Host {
         seg: &TcpRepr,
         payload: &[u8],
     ) -> bool {
-        let cookies = self.params.tcp_syncookies;
         let Some(l) = self.listeners.get(lid.0) else {
             return false;
         };
-        let recent = l.cookie_at.is_some_and(|t| {
-            now.saturating_duration_since(t).as_millis()
-                <= u128::from(crate::tcp::syncookie::TICK_MS)
-                    * u128::from(crate::tcp::syncookie::MAX_AGE + 1)
-        });
-        if cookies == 0 || (cookies == 1 && !recent) {
+        if !crate::tcp::syncookie::checks_acks(self.params.tcp_syncookies, l.cookie_at, now) {
             return false;
         }
-        let Some(syn) = crate::tcp::syncookie::decode(&self.isn, now, local, remote, seg) else {
+        let Some((_, mtu)) = self.source_for(*remote.ip()) else {
+            return false;
+        };
+        let set = &self.tcp_set;
+        let Some(mut tcb) =
+            crate::tcp::syncookie::rebuild(&self.isn, now, local, remote, seg, set, mtu)
+        else {
             self.stats.tcp.syncookies_failed += 1;
             return false;
         };
@@ -350,27 +335,14 @@ impl Host {
             self.stats.tcp.listen_drop += 1;
             return true;
         }
-        let user_mss = l.user_mss;
         if self.conns.len() >= self.params.tcp_max_conns as usize {
             self.stats.tcp.conn_limit_drops += 1;
             return true;
         }
-        let Some((_, mtu)) = self.source_for(*remote.ip()) else {
-            return true;
-        };
-        let spec = ConnSpec {
-            local,
-            remote,
-            iss: SeqNum(seg.ack.wrapping_sub(1)),
-            ts_offset: self.isn.ts_offset(local, remote),
-            mtu,
-        };
-        let mut tcb = Tcb::accept(now, spec, self.tcp_set.clone(), &syn);
-        tcb.set_lso_max(self.tcp_set.lso_max);
-        if let Some(m) = user_mss {
+        tcb.set_lso_max(set.lso_max);
+        if let Some(m) = l.user_mss {
             let _ = tcb.set_user_mss(m);
         }
-        tcb.cookie_syn_ack_sent(now);
         tcb.on_segment(now, seg, payload);
         let id = ConnId(self.conns.insert(Conn {
             tcb,

@@ -32,7 +32,8 @@
 
 use super::isn::IsnGenerator;
 use super::seq::SeqNum;
-use super::tcb::Tcb;
+use super::tcb::{ConnSpec, Tcb};
+use super::TcpSettings;
 use crate::time::Instant;
 use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
 use std::net::SocketAddrV4;
@@ -182,6 +183,87 @@ pub fn decode(
         urgent: 0,
         options,
     })
+}
+
+/// Whether a listener checks ACKs for cookies: with `tcp_syncookies` = `mode`, and its
+/// last cookie sent at `last`. Always with mode 2; with mode 1 only within [`MAX_AGE`] + 1
+/// ticks of a cookie (as Linux), so that a listener that never needed cookies offers no
+/// cookie check to blind guesses; never with mode 0.
+pub fn checks_acks(mode: u32, last: Option<Instant>, now: Instant) -> bool {
+    match mode {
+        0 => false,
+        1 => last.is_some_and(|t| {
+            now.saturating_duration_since(t).as_millis()
+                <= u128::from(TICK_MS) * u128::from(MAX_AGE + 1)
+        }),
+        _ => true,
+    }
+}
+
+/// The cookie SYN,ACK answering `syn` (received at `now` on `local` from `remote`, whose
+/// route has MTU `mtu`): exactly what `Tcb::accept` with these settings would send, with
+/// the cookie as its ISS, built by a `Tcb` dropped right after. `user_mss`: the
+/// listener's TCP_MAXSEG, if set.
+#[allow(clippy::too_many_arguments)]
+pub fn syn_ack(
+    g: &IsnGenerator,
+    now: Instant,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    syn: &TcpRepr,
+    set: &TcpSettings,
+    mtu: u32,
+    user_mss: Option<u32>,
+) -> Option<TcpRepr> {
+    let peer_mss = syn.options.mss.unwrap_or(set.mss_def.min(65_535) as u16);
+    let c = encode(
+        g,
+        now,
+        local,
+        remote,
+        syn,
+        g.ts_offset(local, remote),
+        peer_mss,
+        (true, set.sack >= 1),
+    );
+    let spec = ConnSpec {
+        local,
+        remote,
+        iss: c.iss,
+        ts_offset: c.ts_offset,
+        mtu,
+    };
+    let mut tcb = Tcb::accept(now, spec, set.clone(), syn);
+    if let Some(m) = user_mss {
+        // Range-checked when it was set on the listener.
+        let _ = tcb.set_user_mss(m);
+    }
+    tcb.poll_transmit(now).map(|out| out.repr)
+}
+
+/// The connection an ACK returning a valid cookie stands for: a passive `Tcb` in
+/// SYN-RECEIVED whose SYN,ACK went out with the cookie; feed it `seg` next (it
+/// completes the handshake). `None` if the cookie is not valid.
+pub fn rebuild(
+    g: &IsnGenerator,
+    now: Instant,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    seg: &TcpRepr,
+    set: &TcpSettings,
+    mtu: u32,
+) -> Option<Tcb> {
+    let syn = decode(g, now, local, remote, seg)?;
+    let spec = ConnSpec {
+        local,
+        remote,
+        iss: SeqNum(seg.ack.wrapping_sub(1)),
+        ts_offset: g.ts_offset(local, remote),
+        mtu,
+    };
+    let mut tcb = Tcb::accept(now, spec, set.clone(), &syn);
+    tcb.cookie_syn_ack_sent(now);
+    Some(tcb)
 }
 
 impl Tcb {

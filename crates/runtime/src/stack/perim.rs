@@ -30,6 +30,7 @@ use crate::squeue::Perimeter;
 use ember_core::host::slab::Slab;
 use ember_core::host::{Key, HEADROOM};
 use ember_core::ip::route::IfaceId;
+use ember_core::tcp::syncookie;
 use ember_core::tcp::tcb::ConnSpec;
 use ember_core::tcp::{Events, ListenVerdict, SeqNum, State, Tcb, TcbInfo, TcbStats, TcpError};
 use ember_core::time::Instant;
@@ -562,7 +563,7 @@ impl Perim {
     }
 
     /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
-    /// state: the SYN,ACK `Tcb::accept` would send, from a `Tcb` dropped right after.
+    /// state (`syncookie::syn_ack`).
     #[allow(clippy::too_many_arguments)]
     fn send_cookie(
         &mut self,
@@ -575,29 +576,9 @@ impl Perim {
         mtu: u32,
     ) {
         let set = st.tcp_settings();
-        let peer_mss = syn.options.mss.unwrap_or(set.mss_def.min(65_535) as u16);
-        let c = ember_core::tcp::syncookie::encode(
-            &st.isn,
-            now,
-            local,
-            remote,
-            syn,
-            st.isn.ts_offset(local, remote),
-            peer_mss,
-            (true, set.sack >= 1),
-        );
-        let spec = ConnSpec {
-            local,
-            remote,
-            iss: c.iss,
-            ts_offset: c.ts_offset,
-            mtu,
-        };
-        let mut tcb = Tcb::accept(now, spec, set, syn);
-        let Some(out) = tcb.poll_transmit(now) else {
+        let Some(r) = syncookie::syn_ack(&st.isn, now, local, remote, syn, &set, mtu, None) else {
             return;
         };
-        let r = out.repr;
         l.cookie_at.store(now.as_millis() + 1, Ordering::Relaxed);
         self.stats.syncookies_sent += 1;
         let mut bytes = vec![0u8; r.header_len()];
@@ -619,15 +600,18 @@ impl Perim {
         seg: &TcpRepr,
         payload: &[u8],
     ) -> bool {
-        use ember_core::tcp::syncookie;
-        let cookies = st.params().tcp_syncookies;
         let at = l.cookie_at.load(Ordering::Relaxed);
-        let window = syncookie::TICK_MS * u64::from(syncookie::MAX_AGE + 1);
-        let recent = at != 0 && (now.as_millis() + 1).saturating_sub(at) <= window;
-        if cookies == 0 || (cookies == 1 && !recent) || st.closing.load(Ordering::SeqCst) {
+        let last = at.checked_sub(1).map(Instant::from_millis);
+        if !syncookie::checks_acks(st.params().tcp_syncookies, last, now)
+            || st.closing.load(Ordering::SeqCst)
+        {
             return false;
         }
-        let Some(syn) = syncookie::decode(&st.isn, now, local, remote, seg) else {
+        let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
+            return false;
+        };
+        let set = st.tcp_settings();
+        let Some(tcb) = syncookie::rebuild(&st.isn, now, local, remote, seg, &set, mtu) else {
             self.stats.syncookies_failed += 1;
             return false;
         };
@@ -635,18 +619,6 @@ impl Perim {
             self.stats.listen_drop += 1;
             return true;
         }
-        let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
-            return true;
-        };
-        let spec = ConnSpec {
-            local,
-            remote,
-            iss: SeqNum(seg.ack.wrapping_sub(1)),
-            ts_offset: st.isn.ts_offset(local, remote),
-            mtu,
-        };
-        let mut tcb = Tcb::accept(now, spec, st.tcp_settings(), &syn);
-        tcb.cookie_syn_ack_sent(now);
         let Some(key) = self.add_passive(st, l, local, remote, tcb, is_local) else {
             return true;
         };
