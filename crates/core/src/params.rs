@@ -223,7 +223,7 @@ tunables! {
     tcp_conn_req_max_q: u32 = 128, 1, 65_535, "connections", "largest accept queue a listener may have";
     tcp_conn_req_max_q0: u32 = 1024, 1, 65_535, "connections", "largest queue of half-open connections (SYN received) per listener";
     tcp_max_conns: u32 = 262_144, 1, 16_777_216, "connections", "TCP connections a stack holds, in every state; past it SYNs are dropped (tcpConnLimitDrops) and connect() fails with ENOBUFS";
-    tcp_mem_max: u32 = 1_048_576, 1024, 1 << 30, "KiB", "bytes all TCP connections of a stack may hold in their receive and out-of-order queues (not fused pairs); past it data arriving from the network is dropped unacknowledged (tcpRcvMemDrops) until applications read";
+    tcp_mem_max: u32 = 1_048_576, 1024, 1 << 30, "KiB", "bytes all TCP connections of a stack may hold received in order and not yet read (fused pairs excepted); past it data arriving from the network is dropped unacknowledged (tcpRcvMemDrops) until applications read";
     tcp_syncookies: u32 = 1, 0, 2, "", "SYN cookies (RFC 4987): 0 never, 1 when a listener's half-open queue (tcp_conn_req_max_q0) is full, 2 for every SYN";
     tcp_init_cwnd: u32 = 10, 1, 1000, "segments", "initial congestion window (RFC 6928)";
     tcp_congestion_control: CcAlgorithm = CcAlgorithm::Cubic, 0, 0, "", "congestion control for new connections";

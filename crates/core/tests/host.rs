@@ -1934,6 +1934,27 @@ fn syn_cookies_when_syn_queue_is_full() {
     assert_eq!(&data[0].2[..], b"world");
 }
 
+/// `tcp_max_conns` reached: a SYN gets no answer at all, not even a cookie (its ACK
+/// would find no room), and is counted.
+#[test]
+fn full_host_sends_no_cookie() {
+    let mut l = Lab::new(&[("tcp_max_conns", "1"), ("tcp_syncookies", "2")]);
+    let lid = l.h.tcp_listen(sa(IP_A, 80), 16).unwrap();
+    let mut p = TcpPeer::new(42_001, 80);
+    l.rx(&p.syn());
+    let out = tcps(&l.tx());
+    assert_eq!(out.len(), 1, "a cookie SYN,ACK while there is room");
+    p.seq = p.seq.wrapping_add(1);
+    p.ack = out[0].1.seq.wrapping_add(1);
+    l.rx(&p.frame(TcpFlags::ACK, &[]));
+    assert!(l.h.tcp_accept(lid).is_ok());
+    assert_eq!(l.h.conn_count(), 1);
+    l.rx(&TcpPeer::new(42_002, 80).syn());
+    assert!(l.tx().is_empty(), "no SYN,ACK from a full host");
+    assert_eq!(l.h.stats().tcp.conn_limit_drops, 1);
+    assert_eq!(l.h.stats().tcp.syncookies_sent, 1);
+}
+
 /// RFC 4987 §3.6 with `tcp_syncookies=2` between two hosts: every SYN gets a cookie,
 /// and the connection still has the window scale, SACK and timestamps the client
 /// offered (carried in the timestamp, as Linux does) and carries data both ways.

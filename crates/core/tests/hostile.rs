@@ -1464,3 +1464,41 @@ fn zero_window_peers_pinning_tcp_mem_max_do_not_starve_receivers() {
     let attacked = lab.finish_honest(&mut |lab: &mut Lab| zw.act(lab));
     assert_throughput("zero-window peers over tcp_mem_max", base, attacked);
 }
+
+/// Peers that fill their out-of-order queues and never fill the hole, against a tight
+/// `tcp_mem_max` (1,024 KiB): six connections each send 200 full segments past a missing
+/// first one (about 292 KB each, 1.75 MB in all, held by the victim as out-of-order
+/// data nobody can free). Out-of-order queues are bounded per connection
+/// (`tcp_reass_max_segs`, the receive buffer) and not charged to `tcp_mem_max`, so the
+/// honest transfer keeps its goodput; were they charged, the bound would stay exceeded
+/// for good and every connection's data would be dropped (found by review).
+#[test]
+fn ooo_holes_do_not_pin_tcp_mem_max() {
+    const PEERS: usize = 6;
+    let tweak: &[(&str, &str)] = &[("tcp_mem_max", "1024")];
+    let base = baseline(tweak);
+    let mut lab = Lab::new(tweak);
+    lab.open_honest();
+    for i in 0..PEERS {
+        let mut e = Evil::new(31_000 + i as u16);
+        e.wscale = Some(7);
+        assert!(e.connect(&mut lab, Some(1460), true, true));
+        let start = e.seq;
+        for k in 1..=200u32 {
+            e.seq = start.wrapping_add(k * 1460);
+            let r = e.repr(TcpFlags::ACK, TcpOptions::default());
+            let f = tcp_frame((C_MAC, C_IP), (B_MAC, B_IP), &r, &[0x5a; 1460]);
+            lab.inject(&f);
+        }
+        let _ = lab.take();
+    }
+    let held = lab.b.memory().tcp_bytes;
+    assert!(
+        held >= PEERS * 200 * 1460,
+        "out-of-order bytes held: {held}"
+    );
+    let attacked = lab.finish_honest(&mut |_| {});
+    println!("out-of-order holes: {held} bytes held");
+    assert_throughput("out-of-order holes over tcp_mem_max", base, attacked);
+    assert_eq!(lab.b.stats().tcp.mem_drops, 0);
+}

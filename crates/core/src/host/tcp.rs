@@ -226,12 +226,13 @@ impl Host {
         let Some((_, mtu)) = self.source_for(*remote.ip()) else {
             return;
         };
-        if (q0_full || cookies == 2) && iss.is_none() {
-            self.send_cookie(now, lid, local, remote, seg, mtu, user_mss);
+        if self.conns.len() >= self.params.tcp_max_conns as usize {
+            // `tcp_max_conns`: not even a cookie (its ACK would find no room either).
+            self.stats.tcp.conn_limit_drops += 1;
             return;
         }
-        if self.conns.len() >= self.params.tcp_max_conns as usize {
-            self.stats.tcp.conn_limit_drops += 1;
+        if (q0_full || cookies == 2) && iss.is_none() {
+            self.send_cookie(now, lid, local, remote, seg, mtu, user_mss);
             return;
         }
         let iss = iss.unwrap_or_else(|| self.isn.isn(now, local, remote));

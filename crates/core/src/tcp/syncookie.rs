@@ -39,8 +39,9 @@ use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
 use std::net::SocketAddrV4;
 
 /// MSS values a cookie can carry (3 bits): the usual Ethernet, tunnel and jumbo sizes,
-/// loopback's, and a floor for peers below 536.
-pub const MSS_TABLE: [u16; 8] = [216, 536, 1220, 1440, 1460, 4312, 8960, 65_483];
+/// loopback's, and for peers below 536 the lowest `tcp_mss_min` (the connection is then
+/// raised to its `tcp_mss_min`, as any connection is).
+pub const MSS_TABLE: [u16; 8] = [48, 536, 1220, 1440, 1460, 4312, 8960, 65_483];
 
 /// Length of one cookie tick in milliseconds.
 pub const TICK_MS: u64 = 64_000;
@@ -233,7 +234,15 @@ pub fn syn_ack(
         ts_offset: c.ts_offset,
         mtu,
     };
-    let mut tcb = Tcb::accept(now, spec, set.clone(), syn);
+    // Without timestamps the cookie has no room for window scaling and SACK-permitted:
+    // the SYN,ACK must not offer them either (as Linux clears them), or the peer would
+    // scale windows the rebuilt connection does not.
+    let mut syn = *syn;
+    if syn.options.timestamps.is_none() {
+        syn.options.window_scale = None;
+        syn.options.sack_permitted = false;
+    }
+    let mut tcb = Tcb::accept(now, spec, set.clone(), &syn);
     if let Some(m) = user_mss {
         // Range-checked when it was set on the listener.
         let _ = tcb.set_user_mss(m);
@@ -369,6 +378,43 @@ mod tests {
         assert_eq!(got.options.window_scale, None);
         assert!(!got.options.sack_permitted);
         assert_eq!(got.options.mss, Some(1460));
+    }
+
+    /// A SYN without timestamps that offers window scaling and SACK gets a cookie
+    /// SYN,ACK offering neither (the cookie cannot carry them), and the connection rebuilt
+    /// from its ACK has neither: both ends agree.
+    #[test]
+    fn syn_ack_without_timestamps_offers_no_wscale_or_sack() {
+        let g = IsnGenerator::new([7; 16]);
+        let now = Instant::from_millis(77_000);
+        let set = TcpSettings::default();
+        let s = syn(false, Some(8), true, Some(1460));
+        let r = syn_ack(&g, now, a(), b(), &s, &set, 1500, None).expect("a SYN,ACK");
+        assert!(r.flags.syn() && r.flags.ack());
+        assert_eq!(r.options.window_scale, None);
+        assert!(!r.options.sack_permitted);
+        assert_eq!(r.options.timestamps, None);
+        assert_eq!(r.options.mss, Some(1460));
+        let ack = TcpRepr {
+            seq: s.seq.wrapping_add(1),
+            ack: r.seq.wrapping_add(1),
+            flags: TcpFlags::ACK,
+            window: 64_240,
+            ..s
+        };
+        let t = rebuild(&g, now, a(), b(), &ack, &set, 1500).expect("valid cookie");
+        let i = t.info();
+        assert_eq!(
+            (i.snd_wscale, i.rcv_wscale, i.sack, i.timestamps),
+            (0, 0, false, false)
+        );
+        // With timestamps both are offered and kept.
+        let s = syn(true, Some(8), true, Some(1460));
+        let r = syn_ack(&g, now, a(), b(), &s, &set, 1500, None).unwrap();
+        assert!(r.options.window_scale.is_some() && r.options.sack_permitted);
+        // A peer MSS below every table entry but the floor: the floor, raised to
+        // tcp_mss_min by the connection.
+        assert_eq!(MSS_TABLE[mss_index(150) as usize], 48);
     }
 
     #[test]

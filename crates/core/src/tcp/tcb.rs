@@ -1226,9 +1226,10 @@ impl Tcb {
         }
     }
 
-    /// Bytes held in the receive and out-of-order queues: what the peer made us keep.
+    /// Bytes received in order and not yet read by the application (the receive queue;
+    /// out-of-order data is in [`TcbInfo::ooo_bytes`]).
     pub fn rcv_queued_bytes(&self) -> usize {
-        self.rcv_buf.len() + self.ooo.bytes()
+        self.rcv_buf.len()
     }
 
     /// SACKed ranges the scoreboard (RFC 6675 §3) holds now, at most

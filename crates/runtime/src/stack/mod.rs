@@ -547,6 +547,11 @@ impl StackInner {
             .is_ok()
     }
 
+    /// Whether a connection slot is free now (no slot is taken).
+    pub(crate) fn conn_room(&self) -> bool {
+        self.conns_now.load(Ordering::Relaxed) < self.hot.tcp_max_conns.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn give_conn_slot(&self) {
         let _ = self
             .conns_now

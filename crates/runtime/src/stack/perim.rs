@@ -505,6 +505,11 @@ impl Perim {
         let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
             return;
         };
+        if !st.conn_room() {
+            // `tcp_max_conns`: not even a cookie (its ACK would find no room either).
+            self.stats.conn_limit_drops += 1;
+            return;
+        }
         if (q0_full || cookies == 2) && iss.is_none() {
             self.send_cookie(st, now, l, local, remote, seg, mtu);
             return;
@@ -993,12 +998,15 @@ impl Perim {
     }
 
     /// Brings the stack's `tcp_mem_used` up to date with what connection `key` holds in
-    /// its receive and out-of-order queues: what the network made this stack keep. Send
-    /// queues and fused pairs' queues are filled by this process's own applications and
-    /// bounded per connection by their buffer sizes; counting them would let a local
-    /// writer to a peer that never opens its window starve every connection's receive
-    /// side. Runs in `after` (every input and output), after each data segment and after
-    /// reads; the atomic is touched only on a change.
+    /// its receive queue: data the network delivered in order that the application has
+    /// not read, which reading frees. Send queues and fused pairs' queues are filled by
+    /// this process's own applications, and out-of-order queues by peers that may never
+    /// fill the hole; all three are bounded per connection (buffer sizes,
+    /// `tcp_reass_max_segs`). Counting them would let a local writer to peers that never
+    /// open their windows, or peers that never fill their holes, pin the bound and starve
+    /// every connection's receive side. Runs in `after` (every input and output), after
+    /// each data segment, after reads and after fusing; the atomic is touched only on a
+    /// change.
     pub(crate) fn recharge(&mut self, st: &StackInner, key: Key) {
         let Some(c) = self.conns.get_mut(key) else {
             return;
@@ -1152,6 +1160,9 @@ impl Perim {
                 self.stats.fusion_fused_total += 1;
                 self.stats.fusion_fused_now += 1;
                 st.probe(self.id, Probe::Fuse, l, r, 0);
+                // Fused pairs' queues are not charged to `tcp_mem_max`.
+                self.recharge(st, key);
+                self.recharge(st, loc.key);
             }
             Err(ember_core::tcp::FuseRefusal::SimultaneousOpen)
             | Err(ember_core::tcp::FuseRefusal::Unfusable) => {
