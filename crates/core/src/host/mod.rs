@@ -498,8 +498,8 @@ impl Host {
         let mut s = self.stats;
         let mut all = self.gone_tcb_stats;
         s.tcp.conns_now = self.conns.len() as u64;
+        s.tcp.mem_bytes = self.tcp_mem_used as u64;
         for (_, c) in self.conns.iter() {
-            s.tcp.mem_bytes += c.tcb.rcv_queued_bytes() as u64;
             all.accumulate(c.tcb.stats());
             if matches!(
                 c.tcb.state(),

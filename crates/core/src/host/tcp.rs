@@ -252,6 +252,18 @@ impl Host {
             // Range-checked when it was set.
             let _ = tcb.set_user_mss(m);
         }
+        let id = self.add_passive(lid, local, remote, tcb);
+        self.flush_conn(now, id);
+    }
+
+    /// A passive connection in SYN-RECEIVED joins the host and its listener's SYN queue.
+    fn add_passive(
+        &mut self,
+        lid: ListenerId,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        tcb: Tcb,
+    ) -> ConnId {
         let id = ConnId(self.conns.insert(Conn {
             tcb,
             listener: Some(lid),
@@ -266,7 +278,7 @@ impl Host {
         }
         self.by_tuple.insert((local, remote), id);
         self.stats.tcp.passive_opens += 1;
-        self.flush_conn(now, id);
+        id
     }
 
     /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
@@ -345,20 +357,7 @@ impl Host {
             let _ = tcb.set_user_mss(m);
         }
         tcb.on_segment(now, seg, payload);
-        let id = ConnId(self.conns.insert(Conn {
-            tcb,
-            listener: Some(lid),
-            released: true,
-            timer: None,
-            pending: Events::default(),
-            queued: false,
-            charged: 0,
-        }));
-        if let Some(l) = self.listeners.get_mut(lid.0) {
-            l.syn_q += 1;
-        }
-        self.by_tuple.insert((local, remote), id);
-        self.stats.tcp.passive_opens += 1;
+        let id = self.add_passive(lid, local, remote, tcb);
         self.stats.tcp.syncookies_recv += 1;
         self.flush_conn(now, id);
         true

@@ -401,13 +401,14 @@ impl Perim {
             } else {
                 c.tcb.on_segment(now, repr, payload);
             }
-            if !payload.is_empty() {
-                // Charged at once, not at the end of the device batch: `tcp_mem_max` is
-                // then overshot by at most one segment per squeue.
-                self.recharge(st, key);
-            }
         }
         if self.batching {
+            if !payload.is_empty() {
+                // Charged at once, not when the batch ends (`flush` → `after` charges
+                // otherwise): `tcp_mem_max` is then overshot by at most one segment per
+                // squeue.
+                self.recharge(st, key);
+            }
             // A device batch is being taken in: the connection sends once all of the
             // batch's segments for it are in (a run of ACKs opens the window once, and
             // the data that follows goes as one large segment, not one per ACK).
@@ -458,6 +459,18 @@ impl Perim {
             return;
         }
         self.stats.out_rsts_noconn += 1;
+        self.send_bare(st, now, local, remote, &r);
+    }
+
+    /// Sends a segment that belongs to no connection (a RST, a cookie SYN,ACK).
+    fn send_bare(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        r: &TcpRepr,
+    ) {
         let mut bytes = vec![0u8; r.header_len()];
         r.emit_header(&mut bytes);
         self.output(st, now, None, local, remote, 0, bytes, false, Tx::default());
@@ -586,9 +599,7 @@ impl Perim {
         };
         l.cookie_at.store(now.as_millis() + 1, Ordering::Relaxed);
         self.stats.syncookies_sent += 1;
-        let mut bytes = vec![0u8; r.header_len()];
-        r.emit_header(&mut bytes);
-        self.output(st, now, None, local, remote, 0, bytes, false, Tx::default());
+        self.send_bare(st, now, local, remote, &r);
     }
 
     /// RFC 4987 §3.6: an ACK at a listener that may return a cookie. A valid one makes
