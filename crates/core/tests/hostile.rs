@@ -86,18 +86,6 @@ fn arp_request_for_c(f: &[u8]) -> Option<ArpRepr> {
     (a.op == ArpOp::Request && a.target_ip == C_IP).then_some(a)
 }
 
-/// Fieldwise maximum.
-fn peak_of(p: &mut HostMemory, m: &HostMemory) {
-    p.conns = p.conns.max(m.conns);
-    p.half_open = p.half_open.max(m.half_open);
-    p.accept_queued = p.accept_queued.max(m.accept_queued);
-    p.tcp_bytes = p.tcp_bytes.max(m.tcp_bytes);
-    p.arp_entries = p.arp_entries.max(m.arp_entries);
-    p.arp_pending = p.arp_pending.max(m.arp_pending);
-    p.reasm_bytes = p.reasm_bytes.max(m.reasm_bytes);
-    p.tx_frames = p.tx_frames.max(m.tx_frames);
-}
-
 /// The honest bulk transfer A -> B.
 struct Honest {
     aid: ConnId,
@@ -223,7 +211,7 @@ impl Lab {
         while let Ok((id, _)) = self.b.tcp_accept(self.listener) {
             self.accepted.push(id);
         }
-        peak_of(&mut self.peak, &self.b.memory());
+        self.peak.raise_to(&self.b.memory());
     }
 
     /// Hands the attacker's frame to B.

@@ -737,15 +737,7 @@ impl Sim {
 
     fn sample_flood_memory(&mut self) {
         let m = self.hosts[1].memory();
-        let p = &mut self.flood.peak;
-        p.conns = p.conns.max(m.conns);
-        p.half_open = p.half_open.max(m.half_open);
-        p.accept_queued = p.accept_queued.max(m.accept_queued);
-        p.tcp_bytes = p.tcp_bytes.max(m.tcp_bytes);
-        p.arp_entries = p.arp_entries.max(m.arp_entries);
-        p.arp_pending = p.arp_pending.max(m.arp_pending);
-        p.reasm_bytes = p.reasm_bytes.max(m.reasm_bytes);
-        p.tx_frames = p.tx_frames.max(m.tx_frames);
+        self.flood.peak.raise_to(&m);
     }
 
     fn open_conns(&mut self) -> Result<(), String> {

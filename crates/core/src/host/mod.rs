@@ -171,6 +171,20 @@ pub struct HostMemory {
     pub tx_frames: usize,
 }
 
+impl HostMemory {
+    /// Raises each figure to `m`'s where that is larger (the peak of a series).
+    pub fn raise_to(&mut self, m: &HostMemory) {
+        self.conns = self.conns.max(m.conns);
+        self.half_open = self.half_open.max(m.half_open);
+        self.accept_queued = self.accept_queued.max(m.accept_queued);
+        self.tcp_bytes = self.tcp_bytes.max(m.tcp_bytes);
+        self.arp_entries = self.arp_entries.max(m.arp_entries);
+        self.arp_pending = self.arp_pending.max(m.arp_pending);
+        self.reasm_bytes = self.reasm_bytes.max(m.reasm_bytes);
+        self.tx_frames = self.tx_frames.max(m.tx_frames);
+    }
+}
+
 /// One host's protocol core.
 #[derive(Debug)]
 pub struct Host {
