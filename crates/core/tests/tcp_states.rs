@@ -1975,3 +1975,103 @@ fn syn_received_gives_up_after_abort_cinterval() {
     assert!(t >= secs(5) && t <= secs(5) + secs(4), "{t:?}");
     assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
 }
+
+// ======================================================================================
+// Behaviours that differed from Linux (issue 19), each found by tests ember's authors
+// did not write.
+// ======================================================================================
+
+/// A duplicate of the client's SYN and its final ACK (ISS+1) taken in before the
+/// connection flushes (one receive batch): the ACK completes the handshake and nothing
+/// answers it with a RST. Before, the duplicate SYN rewound SND.NXT to ISS so that output
+/// would resend the SYN,ACK, the ACK then failed `SEG.ACK <= SND.NXT` and drew
+/// `<SEQ=SEG.ACK><CTL=RST>`, which killed the client, already ESTABLISHED.
+#[test]
+fn duplicate_syn_and_final_ack_in_one_batch_establish() {
+    let syn = client_syn(plain(), 65535);
+    let mut o = One::server(settings(|_| {}), &syn);
+    let sa = o.pop();
+    assert_eq!(sa.flags(), SYN | ACK);
+    o.now += ms(10);
+    let p = client_peer(65535);
+    // Both before any poll_transmit, as a device batch delivers them.
+    o.tcb.on_segment(o.now, &syn, &[]);
+    o.tcb.on_segment(o.now, &p.ack_seg(), &[]);
+    o.flush();
+    assert_eq!(o.tcb.state(), State::Established);
+    for s in o.take_all() {
+        assert!(!s.flags().rst(), "RST {:?}", s.repr);
+        assert!(
+            !s.flags().syn(),
+            "no SYN,ACK once established: {:?}",
+            s.repr
+        );
+    }
+    assert_eq!(o.tcb.snd_nxt().raw(), SERVER_ISS + 1);
+}
+
+/// The retransmission timer resends the SYN,ACK without rewinding SND.NXT either: an ACK
+/// of the first SYN,ACK taken in after the timeout but before the flush is still good.
+#[test]
+fn final_ack_after_synack_timeout_before_its_flush_establishes() {
+    let mut o = One::server(settings(|_| {}), &client_syn(plain(), 65535));
+    o.pop();
+    let t = o.tcb.poll_timeout().expect("SYN,ACK timer");
+    o.now = t;
+    o.tcb.on_timeout(o.now);
+    o.tcb.on_segment(o.now, &client_peer(65535).ack_seg(), &[]);
+    o.flush();
+    assert_eq!(o.tcb.state(), State::Established);
+    assert!(o
+        .take_all()
+        .iter()
+        .all(|s| !s.flags().rst() && !s.flags().syn()));
+    // Likewise for the active side's SYN.
+    let mut c = One::client(settings(|_| {}));
+    c.pop();
+    let t = c.tcb.poll_timeout().expect("SYN timer");
+    c.now = t;
+    c.tcb.on_timeout(c.now);
+    c.tcb
+        .on_segment(c.now, &synack(plain(), 65535, CLIENT_ISS + 1), &[]);
+    c.flush();
+    assert_eq!(c.tcb.state(), State::Established);
+    assert!(c
+        .take_all()
+        .iter()
+        .all(|s| !s.flags().rst() && !s.flags().syn()));
+}
+
+/// Duplicate SYNs in SYN-RECEIVED are answered through the `tcp_invalid_ratelimit`
+/// limiter, as Linux's tcp_check_req does: 30 identical SYNs within 50 ms draw one more
+/// SYN,ACK (two in all, as Linux sends), the rest are counted
+/// (`tcpAckSkippedSynRecv`); once the limiter's 500 ms have passed, the next duplicate is
+/// answered again. Before, every copy drew its own SYN,ACK (30 in all).
+#[test]
+fn a_burst_of_duplicate_syns_draws_one_more_synack() {
+    let syn = client_syn(plain(), 65535);
+    let mut o = One::server(settings(|_| {}), &syn);
+    let mut synacks = o.take_all().len();
+    for _ in 1..30 {
+        o.now += Duration::from_micros(1700);
+        o.input(&syn, &[]);
+        synacks += o
+            .take_all()
+            .iter()
+            .filter(|s| s.flags() == SYN | ACK)
+            .count();
+    }
+    assert_eq!(synacks, 2);
+    assert_eq!(o.tcb.stats().acks_skipped_syn_recv, 28);
+    assert_eq!(o.tcb.state(), State::SynReceived);
+    o.now += ms(500);
+    o.input(&syn, &[]);
+    let s = o.pop();
+    assert_eq!(
+        (s.flags(), s.seq(), s.ack()),
+        (SYN | ACK, SERVER_ISS, CLIENT_ISS + 1)
+    );
+    // The handshake still completes.
+    o.input(&client_peer(65535).ack_seg(), &[]);
+    assert_eq!(o.tcb.state(), State::Established);
+}

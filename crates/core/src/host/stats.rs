@@ -119,6 +119,8 @@ mib!(
         conn_limit_drops => "tcpConnLimitDrops",
         mem_drops => "tcpRcvMemDrops",
         sack_ranges_forgotten => "tcpSackRangesForgotten",
+        acks_skipped_syn_recv => "tcpAckSkippedSynRecv",
+        acks_skipped_time_wait => "tcpAckSkippedTimeWait",
         conns_now => "tcpConns",
         mem_bytes => "tcpMemBytes",
         in_closed => "tcpInClosed",
@@ -148,6 +150,8 @@ impl TcpStats {
         self.dsacks_in += s.dsacks_in;
         self.challenge_acks += s.challenge_acks;
         self.sack_ranges_forgotten += s.sack_ranges_forgotten;
+        self.acks_skipped_syn_recv += s.acks_skipped_syn_recv;
+        self.acks_skipped_time_wait += s.acks_skipped_time_wait;
         self.paws_drops += s.paws_drops;
         self.ooo_drops += s.rcv_drops_full;
         self.attempt_fails += s.attempt_fails;
@@ -194,6 +198,8 @@ impl TcbStats {
             spurious_rtx,
             tsq_throttled,
             sack_ranges_forgotten,
+            acks_skipped_syn_recv,
+            acks_skipped_time_wait,
         } = *o;
         self.segs_in += segs_in;
         self.segs_out += segs_out;
@@ -224,6 +230,8 @@ impl TcbStats {
         self.spurious_rtx += spurious_rtx;
         self.tsq_throttled += tsq_throttled;
         self.sack_ranges_forgotten += sack_ranges_forgotten;
+        self.acks_skipped_syn_recv += acks_skipped_syn_recv;
+        self.acks_skipped_time_wait += acks_skipped_time_wait;
         self.bad_acks += bad_acks;
         self.recoveries += recoveries;
         self.prr_segs += prr_segs;

@@ -168,10 +168,11 @@ impl Tcb {
                 self.process_text(now, self.irs + 1, payload, f.fin(), Pieces::ONE);
             }
         } else {
-            // Simultaneous open (RFC 9293 §3.5, figure 7): send SYN,ACK from SYN-RECEIVED.
+            // Simultaneous open (RFC 9293 §3.5, figure 7): send SYN,ACK from SYN-RECEIVED
+            // (our SYN again, now with an ACK; SND.NXT stays at ISS+1).
             self.state = State::SynReceived;
             self.simultaneous = true;
-            self.snd_nxt = self.iss;
+            self.syn_due = true;
             self.ack_now = true;
         }
     }
@@ -179,6 +180,7 @@ impl Tcb {
     /// The handshake completed.
     pub(super) fn establish(&mut self, now: Instant) {
         self.state = State::Established;
+        self.syn_due = false;
         // Our SYN was acknowledged: Linux counts it as one segment delivered.
         self.info_state.delivered += 1;
         self.events
@@ -245,8 +247,17 @@ impl Tcb {
                     return;
                 }
                 if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
-                    // A retransmitted SYN: our SYN,ACK was lost; send it again.
-                    self.snd_nxt = self.iss;
+                    // A retransmitted SYN: our SYN,ACK may have been lost; send it again
+                    // (RFC 9293 §3.8.1), at most one per `tcp_invalid_ratelimit`, as Linux
+                    // does (tcp_check_req: a burst of copies draws one answer, not one
+                    // each). SND.NXT is not rewound: the peer may have our SYN,ACK
+                    // already, and its ACK of ISS+1, perhaps in this very receive batch,
+                    // must still be acceptable (rewinding drew a RST for it).
+                    if self.invalid_rate_limited(now) {
+                        self.stats.acks_skipped_syn_recv += 1;
+                    } else {
+                        self.syn_due = true;
+                    }
                     return;
                 }
                 let ack = SeqNum(seg.ack);

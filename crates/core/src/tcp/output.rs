@@ -64,7 +64,7 @@ impl Tcb {
                 return None;
             }
             State::SynSent | State::SynReceived => {
-                if self.snd_nxt == self.iss {
+                if self.snd_nxt == self.iss || self.syn_due {
                     return Some(self.build_syn(now));
                 }
                 if self.state == State::SynSent {
@@ -654,14 +654,18 @@ impl Tcb {
             o.timestamps = self.set.tstamp.then(|| (self.ts_now(now), 0));
         }
         repr.window = self.select_window(true);
-        if self.stats.segs_out > 0 && self.snd_nxt == self.iss && self.rtx_series_start.is_some() {
+        // Sent before (SND.NXT is past ISS): a retransmission, which also ends RTT timing
+        // by sequence number (RFC 6298 §3, Karn: an ACK may answer either copy).
+        let again = self.snd_nxt != self.iss;
+        if again {
             self.stats.retrans_segs += 1;
         }
         self.snd_nxt = self.iss + 1;
+        self.syn_due = false;
         if self.rtx_series_start.is_none() {
             self.rtx_series_start = Some(now);
         }
-        self.rtt_timed = if self.syn_retransmitted {
+        self.rtt_timed = if self.syn_retransmitted || again {
             None
         } else {
             Some((self.iss + 1, now))

@@ -86,6 +86,11 @@ pub struct TcbStats {
     pub tsq_throttled: u64,
     /// SACK ranges the scoreboard forgot at its bound (`tcp_sack_max_ranges`).
     pub sack_ranges_forgotten: u64,
+    /// Duplicate SYNs in SYN-RECEIVED left unanswered by the `tcp_invalid_ratelimit`
+    /// limiter (Linux's TCPACKSkippedSynRecv).
+    pub acks_skipped_syn_recv: u64,
+    /// Segments in TIME-WAIT left unanswered by the limiter (TCPACKSkippedTimeWait).
+    pub acks_skipped_time_wait: u64,
 }
 
 /// A `tcp_info`-like snapshot of one connection (for netstat and tests).
@@ -349,6 +354,11 @@ pub struct Tcb {
     pub(super) last_rcv: Instant,
     pub(super) last_invalid_ack: Option<Instant>,
     pub(super) syn_retransmitted: bool,
+    /// The SYN (SYN-SENT) or SYN,ACK (SYN-RECEIVED) is to be sent again: by the
+    /// retransmission timer, for a duplicate of the peer's SYN, or on entering SYN-RECEIVED
+    /// from SYN-SENT. SND.NXT is never rewound for it: an ACK of ISS+1 may be on its way
+    /// (or already in the same receive batch) and must stay acceptable.
+    pub(super) syn_due: bool,
 
     // Application-side state.
     pub(super) nodelay: bool,
@@ -515,6 +525,7 @@ impl Tcb {
             last_rcv: now,
             last_invalid_ack: None,
             syn_retransmitted: false,
+            syn_due: false,
             nodelay: false,
             cork: false,
             push_once: false,

@@ -122,8 +122,9 @@ impl Tcb {
                 self.stats.timeouts += 1;
                 self.syn_retransmitted = true;
                 self.rtt_timed = None;
-                // Output resends the SYN (or SYN,ACK).
-                self.snd_nxt = self.iss;
+                // Output resends the SYN (or SYN,ACK); SND.NXT stays at ISS+1, so an ACK
+                // of the first one that crosses the retransmission is still acceptable.
+                self.syn_due = true;
             }
             State::Closed | State::Listen | State::TimeWait => {}
             _ => {
