@@ -2075,3 +2075,121 @@ fn a_burst_of_duplicate_syns_draws_one_more_synack() {
     o.input(&client_peer(65535).ack_seg(), &[]);
     assert_eq!(o.tcb.state(), State::Established);
 }
+
+/// The error a RST leaves for the application, per state, as Linux's tcp_reset() sets
+/// it: this is what SO_ERROR, the next read and the next write report.
+fn rst_error_after(setup: impl FnOnce(&mut One, &mut Peer), want: State) -> Option<TcpError> {
+    let (mut o, mut p) = est_plain();
+    setup(&mut o, &mut p);
+    assert_eq!(o.tcb.state(), want);
+    o.take_all();
+    o.input(&rst_at(&p, p.seq), &[]);
+    assert!(o.tcb.is_closed(), "{want:?}: closed");
+    assert!(o.sent.is_empty(), "{want:?}: nothing answers a RST");
+    o.tcb.error()
+}
+
+#[test]
+fn rst_in_syn_sent_is_econnrefused() {
+    let mut o = One::client(settings(|_| {}));
+    o.pop();
+    let mut r = synack(plain(), 65535, CLIENT_ISS + 1);
+    r.flags = RST | ACK;
+    r.seq = 0;
+    o.input(&r, &[]);
+    assert_eq!(o.tcb.error(), Some(TcpError::Refused));
+    assert_eq!(io_kind(TcpError::Refused), ErrorKind::ConnectionRefused);
+}
+
+#[test]
+fn rst_in_established_is_econnreset() {
+    assert_eq!(
+        rst_error_after(|_, _| {}, State::Established),
+        Some(TcpError::Reset)
+    );
+}
+
+#[test]
+fn rst_in_fin_wait_1_is_econnreset() {
+    let e = rst_error_after(
+        |o, _| {
+            o.tcb.shutdown_write(o.now).unwrap();
+            o.flush();
+        },
+        State::FinWait1,
+    );
+    assert_eq!(e, Some(TcpError::Reset));
+}
+
+#[test]
+fn rst_in_fin_wait_2_is_econnreset() {
+    let e = rst_error_after(
+        |o, p| {
+            o.tcb.shutdown_write(o.now).unwrap();
+            o.flush();
+            peer_ack_all(o, p);
+        },
+        State::FinWait2,
+    );
+    assert_eq!(e, Some(TcpError::Reset));
+}
+
+/// CLOSE-WAIT: the peer's FIN came first. Linux sets EPIPE: reads still end cleanly
+/// (EOF), writes and SO_ERROR say EPIPE. Before, ember said ECONNRESET.
+#[test]
+fn rst_in_close_wait_is_epipe() {
+    let (mut o, mut p) = est_plain();
+    peer_fin(&mut o, &mut p);
+    assert_eq!(o.tcb.state(), State::CloseWait);
+    o.take_all();
+    o.input(&rst_at(&p, p.seq), &[]);
+    assert!(o.tcb.is_closed());
+    assert_eq!(o.tcb.error(), Some(TcpError::BrokenPipe));
+    let mut buf = [0u8; 4];
+    assert_eq!(o.tcb.recv(o.now, &mut buf), Ok(0), "EOF");
+    let e = o.tcb.send(o.now, b"x").unwrap_err();
+    assert_eq!(io_kind(e), ErrorKind::BrokenPipe);
+    assert_eq!(o.tcb.take_error(), Some(TcpError::BrokenPipe));
+}
+
+/// CLOSING (both sides closed at once, our FIN not yet acknowledged): ECONNRESET. Before,
+/// SO_ERROR stayed 0.
+#[test]
+fn rst_in_closing_is_econnreset() {
+    let e = rst_error_after(
+        |o, p| {
+            o.tcb.shutdown_write(o.now).unwrap();
+            o.flush();
+            // The peer's FIN, not acknowledging ours.
+            peer_fin(o, p);
+        },
+        State::Closing,
+    );
+    assert_eq!(e, Some(TcpError::Reset));
+}
+
+/// LAST-ACK after shutdown(SHUT_WR) and the peer's FIN: ECONNRESET. Before, SO_ERROR
+/// stayed 0.
+#[test]
+fn rst_in_last_ack_is_econnreset() {
+    let e = rst_error_after(
+        |o, p| {
+            peer_fin(o, p);
+            o.tcb.shutdown_write(o.now).unwrap();
+            o.flush();
+        },
+        State::LastAck,
+    );
+    assert_eq!(e, Some(TcpError::Reset));
+    assert_eq!(io_kind(TcpError::Reset), ErrorKind::ConnectionReset);
+}
+
+/// TIME-WAIT: the exact RST ends the wait (RFC 1337's assassination, as Linux does with
+/// `tcp_rfc1337=0`), and there is nobody to tell.
+#[test]
+fn rst_in_time_wait_closes_without_error() {
+    let (mut o, p) = to_time_wait(settings(|_| {}), plain());
+    o.input(&rst_at(&p, p.seq), &[]);
+    assert!(o.tcb.is_closed());
+    assert_eq!(o.tcb.error(), None);
+}

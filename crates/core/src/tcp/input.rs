@@ -317,6 +317,14 @@ impl Tcb {
         if f.rst() {
             if seq == self.rcv_nxt {
                 self.stats.rsts_in += 1;
+                // The error the application sees is Linux's (tcp_reset()): EPIPE in
+                // CLOSE-WAIT (the peer's FIN came first, so reads still end cleanly),
+                // ECONNRESET in the other synchronized states, CLOSING and LAST-ACK
+                // included (RFC 9293 §3.10.7.4 says only "enter CLOSED" there, but a
+                // socket that called shutdown(SHUT_WR) still wants to know). SYN-RECEIVED
+                // reached by a simultaneous open reports "connection refused" as RFC 9293
+                // says (MUST-11; Linux reports ECONNRESET there); SYN-SENT's ECONNREFUSED
+                // is in `on_segment_syn_sent`. TIME-WAIT has nobody left to tell.
                 match self.state {
                     State::SynReceived if self.passive => {
                         // Back to LISTEN: the half-open connection just goes away.
@@ -324,10 +332,9 @@ impl Tcb {
                         self.enter_closed();
                     }
                     State::SynReceived => self.fail(TcpError::Refused),
-                    State::Established | State::FinWait1 | State::FinWait2 | State::CloseWait => {
-                        self.fail(TcpError::Reset)
-                    }
-                    _ => self.enter_closed(),
+                    State::CloseWait => self.fail(TcpError::BrokenPipe),
+                    State::TimeWait => self.enter_closed(),
+                    _ => self.fail(TcpError::Reset),
                 }
             } else {
                 self.challenge_ack(now);
