@@ -37,6 +37,22 @@ fn both(name: &str, body: &str) {
     assert_eq!(o.result, RunResult::Pass, "{name}, Linux: {}", o.detail);
 }
 
+/// TIME-WAIT answers a segment beside RCV.NXT with an ACK of RCV.NXT (item 6). Before,
+/// ember sent nothing.
+#[test]
+fn time_wait_acks_a_segment_beside_rcv_nxt() {
+    both(
+        "time-wait",
+        "+0 close(4) = 0
++0 > F. 1:1(0) ack 1
++.05 < F. 1:1(0) ack 2 win 257
++0 > . 2:2(0) ack 2
++.05 < . 3:3(0) ack 2 win 257
++0 > . 2:2(0) ack 2
+",
+    );
+}
+
 /// A RST in CLOSE-WAIT leaves EPIPE for the application; reads still see end of file
 /// (item 5). Before, ember said ECONNRESET.
 #[test]

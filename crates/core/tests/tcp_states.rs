@@ -2193,3 +2193,39 @@ fn rst_in_time_wait_closes_without_error() {
     assert!(o.tcb.is_closed());
     assert_eq!(o.tcb.error(), None);
 }
+
+/// TIME-WAIT, a segment beside RCV.NXT (`< . 3:3(0) ack 2` with RCV.NXT = 2): Linux
+/// answers with an ACK of RCV.NXT (`. 2:2(0) ack 2`) and starts the 2 MSL wait over;
+/// pure ACKs are answered at most once per `tcp_invalid_ratelimit` (the rest counted in
+/// `tcpAckSkippedTimeWait`). The bare ACK at RCV.NXT is taken silently and also restarts
+/// the wait. Before, ember sent nothing and kept its timer.
+#[test]
+fn time_wait_answers_an_ack_beside_rcv_nxt() {
+    let (mut o, p) = to_time_wait(settings(|s| s.time_wait = secs(30)), plain());
+    let our_nxt = o.tcb.snd_nxt().raw();
+    o.advance(secs(10));
+    let mut r = p.ack_seg();
+    r.seq = p.seq + 1;
+    o.input(&r, &[]);
+    let a = o.pop();
+    assert_eq!(a.flags(), ACK);
+    assert_eq!((a.seq(), a.ack()), (our_nxt, p.seq));
+    assert_eq!(o.tcb.poll_timeout(), Some(o.now + secs(30)));
+    // Again within the limiter's 500 ms: counted, not answered.
+    o.now += ms(100);
+    o.input(&r, &[]);
+    assert!(o.sent.is_empty());
+    assert_eq!(o.tcb.stats().acks_skipped_time_wait, 1);
+    // Past it: answered.
+    o.now += ms(500);
+    o.input(&r, &[]);
+    assert_eq!(o.pop().ack(), p.seq);
+    // The bare ACK at RCV.NXT: silent, and the wait starts over.
+    o.now += secs(5);
+    o.input(&p.ack_seg(), &[]);
+    assert!(o.sent.is_empty());
+    assert_eq!(o.tcb.poll_timeout(), Some(o.now + secs(30)));
+    assert_eq!(o.tcb.state(), State::TimeWait);
+    o.advance(secs(30));
+    assert!(o.tcb.is_closed());
+}

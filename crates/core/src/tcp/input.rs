@@ -215,7 +215,11 @@ impl Tcb {
                 let fresh = now.saturating_duration_since(self.ts_recent_time) < PAWS_IDLE;
                 if older && fresh {
                     self.stats.paws_drops += 1;
-                    self.send_dupack(now, seg_len, f.syn());
+                    if self.state == State::TimeWait && !f.syn() {
+                        self.time_wait_answer(now, seg_len, f.ack() || f.fin());
+                    } else {
+                        self.send_dupack(now, seg_len, f.syn());
+                    }
                     return;
                 }
             }
@@ -292,9 +296,11 @@ impl Tcb {
                     self.dsack = Some((seq, seq + payload.len() as u32));
                     self.stats.dup_segs_in += u64::from(pieces.n);
                 }
-                if self.state == State::TimeWait && f.fin() {
-                    // RFC 9293: a retransmitted FIN in TIME-WAIT restarts the 2 MSL timer.
-                    self.state_deadline = Some(now + self.set.time_wait);
+                if self.state == State::TimeWait && !f.syn() {
+                    // A retransmitted FIN (RFC 9293: restarts the 2 MSL timer), or
+                    // anything else outside the window.
+                    self.time_wait_answer(now, seg_len, f.ack() || f.fin());
+                    return;
                 }
                 if pieces.n > 1 && !payload.is_empty() && !f.syn() {
                     // Each piece, unacceptable alone, would have drawn this ACK (RFC 9293
@@ -426,13 +432,43 @@ impl Tcb {
             State::Established | State::FinWait1 | State::FinWait2 => {
                 self.process_text(now, seq, payload, fin, pieces);
             }
+            State::TimeWait => {
+                if seq == self.rcv_nxt && seg_len == 0 {
+                    // The bare ACK at RCV.NXT (e.g. the peer's ACK of our FIN, again):
+                    // taken silently, and the 2 MSL wait starts over, as on Linux.
+                    self.state_deadline = Some(now + self.set.time_wait);
+                } else {
+                    self.time_wait_answer(now, seg_len, true);
+                }
+            }
             _ => {
-                // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the FIN was received; any
-                // further text is a duplicate. Acknowledge what occupies sequence space.
+                // CLOSE-WAIT, CLOSING, LAST-ACK: the FIN was received; any further text
+                // is a duplicate. Acknowledge what occupies sequence space.
                 if seg_len > 0 {
                     self.ack_now = true;
                 }
             }
+        }
+    }
+
+    /// TIME-WAIT's answer to a segment other than the bare ACK at RCV.NXT, a RST or a SYN
+    /// (as Linux's tcp_timewait_state_process; RFC 9293 §3.10.7.4 asks the same of a
+    /// retransmitted FIN): an ACK of RCV.NXT, so a peer that lost our last ACK, or
+    /// probes with a segment beside RCV.NXT, learns where we are. Segments that occupy
+    /// sequence space are always answered; pure ACKs at most once per
+    /// `tcp_invalid_ratelimit` (an ACK loop between two confused ends stays slow), the
+    /// rest counted. `restart`: the segment carries an ACK or FIN, so the 2 MSL wait starts
+    /// over (the peer is still there).
+    fn time_wait_answer(&mut self, now: Instant, seg_len: u32, restart: bool) {
+        if restart {
+            self.state_deadline = Some(now + self.set.time_wait);
+        }
+        if seg_len > 0 {
+            self.ack_now = true;
+        } else if self.invalid_rate_limited(now) {
+            self.stats.acks_skipped_time_wait += 1;
+        } else {
+            self.ack_now = true;
         }
     }
 
