@@ -99,3 +99,36 @@ fn rst_in_closing_is_econnreset() {
 ",
     );
 }
+
+/// A peer without window scaling: reading does not draw a window update that repeats
+/// the 65,535 bytes the peer already sees (item 3). Before, ember sent one after the
+/// read, which this script sees where it expects the ACK of the next segment.
+#[test]
+fn no_redundant_window_update_without_window_scaling() {
+    let text = "--tolerance_usecs=50000
+`sysctl -q net.ipv4.tcp_timestamps=0`
+0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
++0 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0
++0 setsockopt(3, SOL_SOCKET, SO_RCVBUF, [1048576], 4) = 0
++0 bind(3, ..., ...) = 0
++0 listen(3, 1) = 0
++.05 < S 0:0(0) win 65535 <mss 1000>
++0 > S. 0:0(0) ack 1 <...>
++.05 < . 1:1(0) ack 1 win 65535
++0 accept(3, ..., ...) = 4
++0 < P. 1:1001(1000) ack 1 win 65535
++0 > . 1:1(0) ack 1001
++.05 read(4, ..., 2000) = 1000
++.05 < P. 1001:2001(1000) ack 1 win 65535
++0 > . 1:1(0) ack 2001
+";
+    let s = parse(text).unwrap();
+    let o = run_script(&s, &RunOptions::default());
+    assert_eq!(o.result, RunResult::Pass, "ember: {}", o.detail);
+    if let Err(e) = available() {
+        eprintln!("Linux backend skipped: {e}");
+        return;
+    }
+    let o = run_script_linux(&s, Path::new("/tmp"), &LinuxOptions { max_seconds: 20 });
+    assert_eq!(o.result, RunResult::Pass, "Linux: {}", o.detail);
+}

@@ -2076,6 +2076,47 @@ fn a_burst_of_duplicate_syns_draws_one_more_synack() {
     assert_eq!(o.tcb.state(), State::Established);
 }
 
+/// A peer without window scaling sees at most 65,535 bytes of window. Reading from a
+/// 1 MiB buffer must not draw a "window update" that repeats the 65,535 it has: before,
+/// `after_read` compared the free buffer (1 MiB) with the window the peer had and sent
+/// `win 65535` again after every read.
+#[test]
+fn no_window_update_that_the_unscaled_field_cannot_show() {
+    let s = settings(|s| {
+        s.rcvbuf = 1 << 20;
+        s.max_buf = 1 << 20;
+    });
+    let (mut o, mut p) = One::established(s, plain(), 65535);
+    assert_eq!(o.tcb.info().rcv_wscale, 0);
+    for _ in 0..20 {
+        peer_data(&mut o, &mut p, &pattern(1000));
+        o.advance(ms(500));
+        let acks = o.take_all();
+        assert!(acks.iter().all(|a| a.repr.window == 65535));
+        assert_eq!(o.read_all().len(), 1000);
+        assert!(
+            o.sent.is_empty(),
+            "an update that repeats win 65535: {:?}",
+            o.sent
+        );
+    }
+    // With a small buffer the update that opens the window still goes out.
+    let s = settings(|s| {
+        s.rcvbuf = 8192;
+        s.max_buf = 8192;
+    });
+    let (mut o, mut p) = One::established(s, plain(), 65535);
+    peer_data(&mut o, &mut p, &pattern(4000));
+    peer_data(&mut o, &mut p, &pattern(4000));
+    o.advance(ms(500));
+    let last = o.take_all().pop().expect("ACK");
+    assert!(last.repr.window < 1000, "window {}", last.repr.window);
+    o.read_all();
+    let up = o.pop();
+    assert_eq!(up.flags(), ACK);
+    assert!(up.repr.window >= 8000, "window update {}", up.repr.window);
+}
+
 /// The error a RST leaves for the application, per state, as Linux's tcp_reset() sets
 /// it: this is what SO_ERROR, the next read and the next write report.
 fn rst_error_after(setup: impl FnOnce(&mut One, &mut Peer), want: State) -> Option<TcpError> {

@@ -824,7 +824,13 @@ impl Tcb {
             return;
         }
         let adv = self.rcv_adv.since(self.rcv_nxt);
-        let free = self.rcv_cap.saturating_sub(self.rcv_buf.len() as u32);
+        // What an ACK could announce: the free buffer, but no more than the window field
+        // can carry at our scale (65,535 bytes when the peer did not take window scaling,
+        // RFC 7323 §2.3), or the update would repeat the window the peer already has.
+        let free = self
+            .rcv_cap
+            .saturating_sub(self.rcv_buf.len() as u32)
+            .min(MAX_WINDOW << self.rcv_wscale);
         let threshold = (self.rcv_cap / 2).min(self.rcv_mss.max(1));
         // Announce the opening once it is worth a segment and at least doubles what the
         // peer believes, or whenever the peer sees (nearly) no window at all.
