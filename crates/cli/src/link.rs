@@ -240,6 +240,7 @@ pub fn parse_impair(s: &str) -> Result<(ImpairConfig, u64), String> {
             "corrupt" => c.corrupt = parse_prob(k, v)?,
             "delay" => c.delay = parse_dur(k, v)?,
             "jitter" => c.jitter = parse_dur(k, v)?,
+            "dup-delay" => c.dup_delay = parse_dur(k, v)?,
             "rate" => c.rate_bps = Some(parse_rate(k, v)?),
             "queue" => {
                 c.queue_bytes = v
@@ -255,7 +256,7 @@ pub fn parse_impair(s: &str) -> Result<(ImpairConfig, u64), String> {
             }
             _ => {
                 return Err(format!(
-                "impair: unknown key {k:?} (loss dup reorder corrupt delay jitter rate queue seed)"
+                "impair: unknown key {k:?} (loss dup dup-delay reorder corrupt delay jitter rate queue seed)"
             ))
             }
         }

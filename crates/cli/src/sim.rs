@@ -26,6 +26,10 @@ pub struct SimArgs {
     /// Probability that a frame is duplicated.
     #[arg(long, default_value_t = 0.0)]
     dup: f64,
+    /// A duplicate arrives up to this many ms after its original (uniform), holding the
+    /// frames sent after it (0: at the same instant).
+    #[arg(long = "dup-delay-ms", default_value_t = 0.0)]
+    dup_delay_ms: f64,
     /// Probability that one bit of a frame is flipped.
     #[arg(long, default_value_t = 0.0)]
     corrupt: f64,
@@ -96,6 +100,7 @@ pub fn main(a: SimArgs) -> ExitCode {
     let mut impair = ImpairConfig {
         loss: a.loss,
         dup: a.dup,
+        dup_delay: ms(a.dup_delay_ms),
         reorder: a.reorder,
         corrupt: a.corrupt,
         delay: ms(a.delay_ms),
@@ -180,6 +185,7 @@ pub fn main(a: SimArgs) -> ExitCode {
         "wall_s": s.wall_s,
         "goodput_mbit": s.goodput_mbit,
         "retransmits": s.retransmits,
+        "syn_ack_batches": s.syn_ack_batches,
         "mathis_mbit": mathis_mbit,
         "errors": s.reports.iter().filter(|r| !r.ok).map(|r| json!({
             "seed": r.seed, "error": r.error, "variant": r.variant.trim()
@@ -196,8 +202,8 @@ pub fn main(a: SimArgs) -> ExitCode {
         }
         None => {
             eprintln!(
-                "{} of {} ok; {} bytes in {:.3} s virtual ({:.1} Mbit/s), {:.3} s wall, {} retransmits",
-                s.ok, s.runs, s.bytes, s.virtual_s, s.goodput_mbit, s.wall_s, s.retransmits
+                "{} of {} ok; {} bytes in {:.3} s virtual ({:.1} Mbit/s), {:.3} s wall, {} retransmits, {} batches with a SYN and its final ACK",
+                s.ok, s.runs, s.bytes, s.virtual_s, s.goodput_mbit, s.wall_s, s.retransmits, s.syn_ack_batches
             );
             if let Some(m) = mathis_mbit {
                 eprintln!("Mathis estimate for this path: {m:.1} Mbit/s per connection");

@@ -382,3 +382,43 @@ fn external_tcp_gets_the_merged_segment_with_its_description() {
         u => panic!("{u:?}"),
     }
 }
+
+/// A duplicate of the peer's SYN and its final ACK in one receive batch (as a device poll
+/// returns them, and as the simulator's `dup_delay` makes them arrive): the connection is
+/// established and queued for accept, and nothing answers with a RST. Before, the host
+/// flushed after every segment, so the duplicate's rewound SND.NXT never met the ACK here
+/// (the runtime, flushing once per batch, reset the peer).
+#[test]
+fn a_duplicate_syn_and_the_final_ack_in_one_batch_establish() {
+    for gro in ["1", "0"] {
+        let mut l = Lab::new(&[("ip_gro", gro)]);
+        let lid = l.h.tcp_listen(SocketAddrV4::new(IP_A, PORT), 16).unwrap();
+        let mut peer = Peer {
+            seq: 1_000_000,
+            ack: 0,
+            tsval: 100,
+            tsecr: 0,
+        };
+        let syn = peer.frame(peer.seq, TcpFlags::SYN, &[]);
+        l.h.receive_batch(l.now, IF0, [&syn]);
+        let synack = sent_tcp(&mut l.h)[0].0;
+        peer.seq += 1;
+        peer.ack = synack.seq.wrapping_add(1);
+        peer.tsecr = synack.options.timestamps.unwrap().0;
+        l.now += Duration::from_millis(3);
+        peer.tsval += 3;
+        let ack = peer.frame(peer.seq, TcpFlags::ACK, &[]);
+        l.h.receive_batch(l.now, IF0, [&syn, &ack]);
+        let out = sent_tcp(&mut l.h);
+        assert!(
+            out.iter().all(|(t, _)| !t.flags.rst()),
+            "ip_gro={gro}: {out:?}"
+        );
+        let (id, _) = l.h.tcp_accept(lid).expect("established");
+        assert_eq!(
+            l.h.tcb(id).unwrap().state(),
+            ember_core::tcp::State::Established
+        );
+        assert_eq!(l.h.stats().tcp.out_rsts, 0);
+    }
+}

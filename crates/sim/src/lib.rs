@@ -161,6 +161,10 @@ pub struct RunReport {
     pub connect_ms: Vec<Option<f64>>,
     /// With `syn_flood`: what it did.
     pub flood: Option<FloodReport>,
+    /// Receive batches that held a SYN and, after it, the final ACK of the same
+    /// connection's handshake (a duplicate or retransmitted SYN taken in together with the
+    /// ACK, before the host could answer it: see `ImpairConfig::dup_delay`).
+    pub syn_ack_batches: u64,
 }
 
 /// One echo request of host 0's pinger.
@@ -316,6 +320,7 @@ fn failed_report(seed: u64, error: String) -> RunReport {
         fq: FqStats::default(),
         connect_ms: Vec::new(),
         flood: None,
+        syn_ack_batches: 0,
     }
 }
 
@@ -371,6 +376,8 @@ struct Sim {
     flood_next: Option<Instant>,
     flood_rng: Rng,
     flood: FloodReport,
+    /// See [`RunReport::syn_ack_batches`].
+    syn_ack_batches: u64,
 }
 
 impl Sim {
@@ -522,6 +529,7 @@ impl Sim {
             flood_next: cfg.syn_flood.map(|f| Instant::ZERO + f.start),
             flood_rng: Rng(cfg.seed ^ 0xf100_d5ee_d000),
             flood: FloodReport::default(),
+            syn_ack_batches: 0,
             cfg,
         })
     }
@@ -580,6 +588,7 @@ impl Sim {
                 f.server = self.hosts[1].stats().tcp;
                 f
             }),
+            syn_ack_batches: self.syn_ack_batches,
         }
     }
 
@@ -902,6 +911,9 @@ impl Sim {
                     }
                     batch.push(frame);
                 }
+                if batch.len() > 1 && syn_then_final_ack(&batch) {
+                    self.syn_ack_batches += 1;
+                }
                 self.hosts[h].receive_batch(self.now, IfaceId(0), &batch);
                 batch.clear();
                 self.batch = batch;
@@ -1125,6 +1137,8 @@ pub struct Summary {
     pub wall_s: f64,
     pub goodput_mbit: f64,
     pub retransmits: u64,
+    /// [`RunReport::syn_ack_batches`], summed.
+    pub syn_ack_batches: u64,
     pub reports: Vec<RunReport>,
 }
 
@@ -1149,6 +1163,42 @@ pub fn run_seeds(base: &SimConfig, first: u64, n: u64) -> Summary {
     summarize(reports)
 }
 
+/// Whether `batch` holds a SYN (no ACK) and, after it, the final ACK of the same
+/// handshake: a segment of the same connection with ACK only, at the SYN's sequence
+/// number plus one.
+fn syn_then_final_ack(batch: &[Vec<u8>]) -> bool {
+    use ember_core::wire::{ethertype, ip_proto, EthernetRepr, Ipv4Repr, TcpRepr};
+    let mut syns: Vec<(Ipv4Addr, u16, Ipv4Addr, u16, u32)> = Vec::new();
+    for f in batch {
+        let Ok((eth, p)) = EthernetRepr::parse(f) else {
+            continue;
+        };
+        if eth.ethertype != ethertype::IPV4 {
+            continue;
+        }
+        let Ok((ip, p)) = Ipv4Repr::parse(p, true) else {
+            continue;
+        };
+        if ip.protocol != ip_proto::TCP {
+            continue;
+        }
+        let Ok((t, _)) = TcpRepr::parse(p, ip.src, ip.dst, true) else {
+            continue;
+        };
+        let key = (ip.src, t.src_port, ip.dst, t.dst_port);
+        if t.flags.syn() && !t.flags.ack() {
+            syns.push((key.0, key.1, key.2, key.3, t.seq.wrapping_add(1)));
+        } else if t.flags.ack()
+            && !t.flags.syn()
+            && !t.flags.rst()
+            && syns.contains(&(key.0, key.1, key.2, key.3, t.seq))
+        {
+            return true;
+        }
+    }
+    false
+}
+
 pub fn summarize(reports: Vec<RunReport>) -> Summary {
     let bytes: u64 = reports.iter().map(|r| r.bytes).sum();
     let virtual_s: f64 = reports.iter().map(|r| r.virtual_s).sum();
@@ -1165,6 +1215,7 @@ pub fn summarize(reports: Vec<RunReport>) -> Summary {
             0.0
         },
         retransmits: reports.iter().map(|r| r.retransmits).sum(),
+        syn_ack_batches: reports.iter().map(|r| r.syn_ack_batches).sum(),
         reports,
     }
 }

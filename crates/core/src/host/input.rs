@@ -39,12 +39,21 @@ impl Host {
     /// [`super::TcpUpcall::Segment`]s) as one. Each flow's segments keep their order;
     /// everything else (ARP, ICMP, UDP, fragments until reassembled) is handled as it
     /// comes. All of the batch's TCP segments have reached TCP when this returns.
+    ///
+    /// As in the runtime (one device poll), a connection the batch's segments reach sends
+    /// once, after all of them are in: a run of ACKs opens the window once, and what a
+    /// segment asked for (an ACK, a retransmitted SYN,ACK) may be overtaken by what a
+    /// later segment of the batch did. New connections (a SYN at a listener) and answers
+    /// from no connection leave at once.
     pub fn receive_batch<I>(&mut self, now: Instant, iface: IfaceId, frames: I)
     where
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
         let mut frames = frames.into_iter().peekable();
+        // Nested calls (none today) would flush with the outer batch.
+        let outer = !self.tcp_batch;
+        self.tcp_batch = true;
         while let Some(f) = frames.next() {
             // A batch of one has nothing to merge with: the plain path.
             if self.params.ip_gro && !self.gro_batch && frames.peek().is_some() {
@@ -56,6 +65,17 @@ impl Host {
             self.gro_batch = false;
             self.gro.flush(&mut self.gro_out);
             self.gro_deliver(now);
+        }
+        if outer {
+            self.tcp_batch = false;
+            let mut touched = core::mem::take(&mut self.tcp_touched);
+            for &id in &touched {
+                self.flush_conn(now, id);
+            }
+            touched.clear();
+            if self.tcp_touched.is_empty() {
+                self.tcp_touched = touched;
+            }
         }
         self.run_loopback(now);
     }

@@ -225,6 +225,11 @@ pub struct Host {
     pub(crate) gro_out: Vec<GroSeg>,
     /// Bytes the connections' queues hold, as last counted (`tcp_mem_max`).
     pub(crate) tcp_mem_used: usize,
+    /// A receive batch is being taken in ([`Host::receive_batch`]): connections that
+    /// segments reach send once, at its end, as the runtime's squeues do.
+    pub(crate) tcp_batch: bool,
+    /// The connections the batch reached, to flush at its end.
+    pub(crate) tcp_touched: Vec<ConnId>,
 }
 
 fn arp_config(p: &Params) -> ArpConfig {
@@ -297,6 +302,8 @@ impl Host {
             gro_batch: false,
             gro_out: Vec::new(),
             tcp_mem_used: 0,
+            tcp_batch: false,
+            tcp_touched: Vec::new(),
             params,
         }
     }

@@ -4,7 +4,8 @@
 //! validated per RFC 5927, and the application calls.
 //!
 //! A connection's `Tcb` is flushed (its segments built into frames) after every input
-//! that touched it, and its earliest deadline is kept in the host's timer set.
+//! that touched it, or once at the end of a receive batch that did
+//! ([`Host::receive_batch`]), and its earliest deadline is kept in the host's timer set.
 
 use super::output::{datagram_buffer, plain_header, HEADROOM};
 use super::{ConnId, Host, ListenerId, SocketEvent};
@@ -128,6 +129,18 @@ impl Host {
             }
         } else if let Some(c) = self.conns.get_mut(id.0) {
             c.tcb.on_segment_gro(now, seg, payload, gro.0, gro.1);
+        }
+        if self.tcp_batch {
+            // A receive batch is being taken in: the connection sends at its end.
+            if !payload.is_empty() {
+                // Charged at once (`tcp_mem_max` is then overshot by at most one
+                // segment), not only when the batch ends.
+                self.recharge(id);
+            }
+            if !self.tcp_touched.contains(&id) {
+                self.tcp_touched.push(id);
+            }
+            return;
         }
         self.flush_conn(now, id);
     }
@@ -463,12 +476,10 @@ impl Host {
 
     /// Events, accept-queue moves, timers and reaping after a connection was touched.
     fn after_conn_activity(&mut self, id: ConnId) {
+        self.recharge(id);
         let Some(c) = self.conns.get_mut(id.0) else {
             return;
         };
-        let held = c.tcb.rcv_queued_bytes();
-        self.tcp_mem_used = (self.tcp_mem_used + held).saturating_sub(c.charged);
-        c.charged = held;
         let ev = c.tcb.take_events();
         let closed = c.tcb.is_closed();
         let listener = c.listener;
@@ -529,6 +540,15 @@ impl Host {
                 self.ready
                     .push_back(SocketEvent::Tcp(id, Events::default()));
             }
+        }
+    }
+
+    /// Brings the connection's charge in `tcp_mem_used` up to what it holds now.
+    fn recharge(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(id.0) {
+            let held = c.tcb.rcv_queued_bytes();
+            self.tcp_mem_used = (self.tcp_mem_used + held).saturating_sub(c.charged);
+            c.charged = held;
         }
     }
 

@@ -106,6 +106,31 @@ impl Tcb {
             // peer's SND.NXT, on which fused writes rely.
             return;
         }
+        if self.ack_now
+            && matches!(
+                self.state,
+                State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::CloseWait
+                    | State::Closing
+                    | State::LastAck
+            )
+        {
+            // An ACK decided for an earlier segment has not left yet: the owner takes a
+            // whole receive batch in before it sends (`Host::receive_batch`, the
+            // runtime's squeues). It is owed, and leaves first, as it would have left
+            // before this segment had the owner sent after each one; the receive side's
+            // ACK state is what sending it would have made it. The peer sees the ACKs it
+            // would have seen (RFC 5681 §4.2, RFC 9293 §3.8.6.3), not one per batch.
+            if self.owed_acks.len() < MAX_OWED_ACKS {
+                self.owed_acks.push_back(self.rcv_nxt);
+            }
+            self.ack_now = false;
+            self.last_ack_sent = self.rcv_nxt;
+            self.delack_deadline = None;
+            self.rcv_unacked_bytes = 0;
+        }
         match self.state {
             State::Closed | State::Listen => {}
             State::SynSent => self.on_segment_syn_sent(now, seg, payload),
@@ -305,7 +330,6 @@ impl Tcb {
                 if pieces.n > 1 && !payload.is_empty() && !f.syn() {
                     // Each piece, unacceptable alone, would have drawn this ACK (RFC 9293
                     // §3.10.7.4 first step): all but one are owed.
-                    self.owed_acks.clear();
                     self.owe_duplicate_acks(pieces.n - 1);
                 }
                 self.send_dupack(now, seg_len, f.syn());
@@ -860,9 +884,6 @@ impl Tcb {
     ) {
         if payload.is_empty() && !fin {
             return;
-        }
-        if pieces.n > 1 {
-            self.owed_acks.clear();
         }
         if self.app_closed && !payload.is_empty() {
             // Data for a connection nobody will read: reset it (as Linux does).

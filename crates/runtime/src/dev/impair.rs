@@ -54,9 +54,17 @@ pub struct ImpairConfig {
     /// Values above 1 act as 1; negative values and NaN act as 0.
     pub loss: f64,
     /// Probability that a second, identical copy of the frame is delivered at the same instant,
-    /// right after the original. The copy takes no queue space (duplication happens beyond the
-    /// transmitter) and is identical to the delivered original, corruption included.
+    /// right after the original (or later, see `dup_delay`). The copy takes no queue space
+    /// (duplication happens beyond the transmitter) and is identical to the delivered
+    /// original, corruption included.
     pub dup: f64,
+    /// With duplication, the copy arrives an extra uniform `0..=dup_delay` after the
+    /// original (zero: at the same instant, right after it). A late copy keeps its place in
+    /// line, as a frame held up in a queue does: frames sent after it that would have
+    /// arrived before it arrive with it, right after it (one burst). A copy of a reordered
+    /// frame holds nothing back. This is how a duplicate SYN ends up in the same receive
+    /// batch as the handshake's final ACK.
+    pub dup_delay: Duration,
     /// Probability that a frame is held back by an extra uniform
     /// `[0.5, 1.5] × max(delay, 1 ms)` and taken out of FIFO order, so that frames sent after
     /// it may overtake it.
@@ -94,6 +102,7 @@ impl Default for ImpairConfig {
         ImpairConfig {
             loss: 0.0,
             dup: 0.0,
+            dup_delay: Duration::ZERO,
             reorder: 0.0,
             corrupt: 0.0,
             delay: Duration::ZERO,
@@ -211,6 +220,17 @@ pub(crate) fn below(x: u64, n: u128) -> u128 {
 /// Nanoseconds of a duration, saturating at `u64::MAX`.
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A second 64-bit value from the draw `x`, independent of it for every purpose here
+/// (SplitMix64's finaliser): a decision that needs one more random number takes it from
+/// a draw already in the block, so the block's size, and every other decision, stays the
+/// same.
+pub(crate) fn remix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A uniform duration in `0..=max`, from the draw `x`.

@@ -23,7 +23,9 @@
 //!   so FIFO order survives any jitter;
 //! * a frame chosen for reordering gets an extra hold-back and is not clamped, nor does it
 //!   hold later frames back: they overtake it;
-//! * a duplicate arrives at the same instant as its original, immediately after it.
+//! * a duplicate arrives at the same instant as its original, immediately after it; with
+//!   `dup_delay`, an extra uniform `0..=dup_delay` later, and (unless its original was
+//!   reordered) it then moves the FIFO floor: later frames arrive no earlier than it.
 //!
 //! Frames are delivered by `(arrival, send order)`: ties go to the frame sent first.
 //!
@@ -48,7 +50,7 @@ use ember_core::time::Instant;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::impair::{below, chance, reorder_hold, uniform_upto, Draws, ImpairConfig};
+use super::impair::{below, chance, remix, reorder_hold, uniform_upto, Draws, ImpairConfig};
 
 /// Hard cap on frames in flight on one wire (duplicates included).
 pub const MAX_IN_FLIGHT_FRAMES: usize = 1 << 16;
@@ -257,7 +259,8 @@ impl Wire {
         let base = end
             .saturating_add(self.cfg.delay)
             .saturating_add(uniform_upto(d.jitter, self.cfg.jitter));
-        let at = if chance(d.reorder, self.cfg.reorder) {
+        let reordered = chance(d.reorder, self.cfg.reorder);
+        let at = if reordered {
             self.stats.reordered += 1;
             base.saturating_add(reorder_hold(d.reorder_amount, self.cfg.delay))
         } else {
@@ -268,7 +271,19 @@ impl Wire {
 
         if copies == 2 {
             self.stats.duplicated += 1;
-            self.push(at, frame.clone(), fcs_bad);
+            if self.cfg.dup_delay.is_zero() {
+                self.push(at, frame.clone(), fcs_bad);
+            } else {
+                // The copy's lateness comes from the duplication draw itself (remixed), so
+                // the block of draws per frame keeps its size.
+                let late = at.saturating_add(uniform_upto(remix(d.dup), self.cfg.dup_delay));
+                if !reordered {
+                    self.fifo_tail = self.fifo_tail.max(late);
+                }
+                self.push(at, frame.clone(), fcs_bad);
+                self.push(late, frame, fcs_bad);
+                return SendOutcome::Queued;
+            }
         }
         // When duplicated, the first pushed copy gets the lower sequence number; both are
         // identical, so "original first" holds either way.
@@ -442,6 +457,7 @@ mod tests {
         ImpairConfig {
             loss: 0.1,
             dup: 0.1,
+            dup_delay: Duration::ZERO,
             reorder: 0.1,
             corrupt: 0.1,
             delay: Duration::from_millis(5),
@@ -559,6 +575,67 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn late_copies_hold_later_frames_and_leave_other_draws_alone() {
+        let spread = Duration::from_micros(500);
+        let cfg = ImpairConfig {
+            dup: 0.1,
+            dup_delay: spread,
+            ..Default::default()
+        };
+        // One frame a microsecond (`run`): a copy up to 500 µs late holds up to ~500
+        // frames sent after it.
+        let (w, got) = run(cfg.clone(), 6);
+        let dups = w.stats().duplicated;
+        assert!(dups > 0);
+        assert_eq!(got.len() as u64, u64::from(N) + dups);
+        // The same frames are duplicated as without the delay: the copy's lateness
+        // comes from the duplication draw, not from a new one.
+        let (w0, _) = run(
+            ImpairConfig {
+                dup_delay: Duration::ZERO,
+                ..cfg
+            },
+            6,
+        );
+        assert_eq!(w0.stats().duplicated, dups);
+        let mut seen = std::collections::HashMap::new();
+        let mut late = 0u32;
+        let mut burst_after_copy = 0u32;
+        for (k, (t, f)) in got.iter().enumerate() {
+            let i = idx(f);
+            let sent = Instant::from_micros(u64::from(i));
+            assert!(*t >= sent);
+            if let Some(&first) = seen.get(&i) {
+                // The copy: within the spread of its original, never before it.
+                assert!(*t >= first && *t <= first + spread, "copy of {i} at {t:?}");
+                late += u32::from(*t > first);
+                // Whatever comes next (if sent after it) arrives with it or later: it
+                // held the line.
+                if let Some((t2, f2)) = got.get(k + 1) {
+                    assert!(*t2 >= *t);
+                    burst_after_copy += u32::from(*t2 == *t && idx(f2) > i);
+                }
+            } else {
+                seen.insert(i, *t);
+            }
+        }
+        // Originals stay in order (no reordering configured).
+        let firsts: Vec<u32> = {
+            let mut s = std::collections::HashSet::new();
+            got.iter()
+                .map(|(_, f)| idx(f))
+                .filter(|i| s.insert(*i))
+                .collect()
+        };
+        assert!(firsts.windows(2).all(|p| p[0] < p[1]));
+        assert!(late as u64 > dups * 9 / 10, "late copies {late} of {dups}");
+        assert!(
+            burst_after_copy > 0,
+            "no frame arrived in a burst right after a copy"
+        );
     }
 
     #[test]
@@ -937,6 +1014,12 @@ mod tests {
                     ImpairConfig {
                         loss,
                         dup,
+                        // Sometimes late copies, up to ~16 ms, or (rarely) without bound.
+                        dup_delay: match big % 13 {
+                            0 => Duration::MAX,
+                            1..=6 => Duration::from_nanos(big % 16_000_000),
+                            _ => Duration::ZERO,
+                        },
                         reorder,
                         corrupt,
                         delay: if big % 7 == 0 {
