@@ -254,6 +254,25 @@ impl Assembler {
         (offset < end).then_some((k, end))
     }
 
+    /// The lowest run of `[start, end)` that is already held, if any: the first
+    /// "duplicate sub-segment" of data covering `[start, end)` (RFC 2883 §4.2). Ranges
+    /// are separated by gaps, so the run lies in one range.
+    pub fn first_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        if start >= end {
+            return None;
+        }
+        // The range holding `start`, else the first range starting inside the span.
+        let (k, pe) = match self.range_containing(start) {
+            Some(r) => r,
+            None => self
+                .pieces
+                .range(start..end)
+                .next()
+                .map(|(&k, v)| (k, k + v.len() as u64))?,
+        };
+        Some((k.max(start), pe.min(end)))
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
@@ -331,6 +350,29 @@ mod tests {
         assert!(a.is_empty());
         assert_eq!(a.bytes(), 0);
         check_invariants(&a);
+    }
+
+    #[test]
+    fn first_overlap_is_the_lowest_held_run() {
+        let mut a = Assembler::new(1000, 16);
+        assert_eq!(a.first_overlap(0, 100), None);
+        a.insert(10, &[1; 10]); // 10..20
+        a.insert(30, &[1; 10]); // 30..40
+        assert_eq!(a.first_overlap(0, 10), None, "adjacent is not overlapping");
+        assert_eq!(a.first_overlap(20, 30), None, "a gap");
+        assert_eq!(a.first_overlap(5, 15), Some((10, 15)));
+        assert_eq!(a.first_overlap(12, 18), Some((12, 18)));
+        assert_eq!(
+            a.first_overlap(15, 35),
+            Some((15, 20)),
+            "the first of two runs"
+        );
+        assert_eq!(a.first_overlap(20, 45), Some((30, 40)));
+        assert_eq!(a.first_overlap(0, 100), Some((10, 20)));
+        assert_eq!(a.first_overlap(39, 40), Some((39, 40)));
+        assert_eq!(a.first_overlap(40, 100), None);
+        assert_eq!(a.first_overlap(15, 15), None, "empty");
+        assert_eq!(a.first_overlap(u64::MAX - 1, u64::MAX), None);
     }
 
     #[test]
@@ -641,6 +683,14 @@ mod tests {
                 for probe in [0usize, 1, 17, 99, 250, 499, 599] {
                     let want = runs.iter().copied().find(|&(s, e)| s <= probe as u64 && (probe as u64) < e);
                     prop_assert_eq!(a.range_containing(probe as u64), want);
+                    for len in [1u64, 7, 60, 300] {
+                        let (s, e) = (probe as u64, probe as u64 + len);
+                        let want = runs
+                            .iter()
+                            .map(|&(l, r)| (l.max(s), r.min(e)))
+                            .find(|&(l, r)| l < r);
+                        prop_assert_eq!(a.first_overlap(s, e), want);
+                    }
                 }
             }
             // Content check: drain everything from the lowest offset, range by range.

@@ -897,7 +897,8 @@ impl Tcb {
         let mut seq = seq;
         let mut data = payload;
         let mut fin = fin;
-        // Trim what we already have (RFC 9293: "trim ... to the window").
+        // Trim what we already have (RFC 9293: "trim ... to the window"). What lies below
+        // RCV.NXT is the segment's first duplicate run: its D-SACK (RFC 2883 §4.2).
         if seq < self.rcv_nxt {
             let skip = self.rcv_nxt.since(seq) as usize;
             if skip >= data.len() {
@@ -950,6 +951,15 @@ impl Tcb {
         }
         if seq == self.rcv_nxt {
             if !data.is_empty() {
+                if self.sack_ok && seq == seg_seq && !self.ooo.is_empty() {
+                    // RFC 2883 §4, §4.2: in-order data that overlaps data held out of
+                    // order is a duplicate there; its first duplicate run is reported,
+                    // though the cumulative ACK now covers it (a segment that began
+                    // below RCV.NXT has reported its first run above).
+                    let off = self.rcv_off;
+                    let run = self.ooo.first_overlap(off, off + data.len() as u64);
+                    self.note_dsack(seq, off, run);
+                }
                 if now.saturating_duration_since(self.last_rcv_data) > self.rtt.rto() {
                     // Quick ACKs after idle, as Linux.
                     self.quickack = QUICKACK_SEGMENTS;
@@ -970,14 +980,16 @@ impl Tcb {
                 } else {
                     self.rcv_unacked_bytes = self.rcv_unacked_bytes.saturating_add(n);
                 }
-                let mut filled = false;
-                if !self.ooo.is_empty() {
+                // In-order data with data held out of order fills all or part of the gap
+                // before it (RFC 5681 §4.2: ACK at once), also when it covers the held
+                // data, which is then dropped rather than moved (its D-SACK is above).
+                let filled = !self.ooo.is_empty();
+                if filled {
                     let moved = self.ooo.drain_into(self.rcv_off, &mut self.rcv_buf) as u32;
                     if moved > 0 {
                         self.rcv_nxt += moved;
                         self.rcv_off += u64::from(moved);
                         self.stats.bytes_in += u64::from(moved);
-                        filled = true;
                     }
                 }
                 if self.ooo_fin == Some(self.rcv_off) {
@@ -993,7 +1005,7 @@ impl Tcb {
                 // by a partial one (a sender whose buffer is under two segments, e.g. on
                 // loopback with its 64 KB MSS) does not wait for the delayed-ACK timer.
                 let ack_before = core::mem::take(&mut self.ack_now);
-                if filled || !self.ooo.is_empty() {
+                if filled {
                     self.ack_now = true;
                 } else if self.quickack > 0 {
                     // Each piece that brought new data uses one quick ACK, as it would
@@ -1028,9 +1040,18 @@ impl Tcb {
                 self.owe_duplicate_acks(k.saturating_sub(1));
             }
             if !data.is_empty() {
+                // RFC 2883 §4: the first run of the segment held already is its D-SACK
+                // (before the insertion merges it away).
+                let dup = self.ooo.first_overlap(off, off + data.len() as u64);
                 match self.ooo.insert(off, data) {
-                    InsertOutcome::Stored { .. } => self.note_sack_recent(off),
+                    InsertOutcome::Stored { .. } => {
+                        self.note_sack_recent(off);
+                        self.note_dsack(seq, off, dup);
+                    }
                     InsertOutcome::Duplicate => {
+                        // RFC 2018 §4: the block holding the segment is reported first
+                        // after the D-SACK, which is RFC 2883 §4 rule (4)'s second block.
+                        self.note_sack_recent(off);
                         if self.sack_ok {
                             self.dsack = Some((seq, seq + data.len() as u32));
                             self.stats.dup_segs_in += 1;
@@ -1068,6 +1089,14 @@ impl Tcb {
                 State::FinWait2 => self.enter_time_wait(now),
                 _ => {}
             }
+        }
+    }
+
+    /// Records as the D-SACK (RFC 2883 §4) `run`, the stream offsets of the first
+    /// duplicate run of data at `seq` (stream offset `off`), if any (with SACK only).
+    fn note_dsack(&mut self, seq: SeqNum, off: u64, run: Option<(u64, u64)>) {
+        if let (true, Some((a, b))) = (self.sack_ok, run) {
+            self.dsack = Some((seq + (a - off) as u32, seq + (b - off) as u32));
         }
     }
 

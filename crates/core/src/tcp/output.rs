@@ -529,12 +529,15 @@ impl Tcb {
         field as u16
     }
 
-    /// SACK blocks for the next ACK: D-SACK first, then the block holding the most
-    /// recent out-of-order arrival, then other recent ones, then the rest (RFC 2018 §4,
-    /// RFC 2883 §4).
+    /// SACK blocks for the next ACK: D-SACK first (RFC 2883 §4); if it lies above the
+    /// cumulative ACK, the block holding it second (§4 rule 4); then the block holding the
+    /// most recent out-of-order arrival, other recently reported ones, and the rest (RFC
+    /// 2018 §4). The D-SACK's block is the most recent arrival's too unless a later
+    /// segment arrived before this ACK left.
     fn sack_blocks(&mut self, out: &mut [SackBlock; 4]) -> usize {
         let mut n = 0;
-        if let Some((l, r)) = self.dsack.take() {
+        let dsack = self.dsack.take();
+        if let Some((l, r)) = dsack {
             out[0] = SackBlock {
                 left: l.raw(),
                 right: r.raw(),
@@ -551,8 +554,18 @@ impl Tcb {
             left: (base_seq + (s - base_off) as u32).raw(),
             right: (base_seq + (e - base_off) as u32).raw(),
         };
+        // Each used block is also in `out` (at most 4, the first possibly the D-SACK).
         let mut used: [Option<(u64, u64)>; 4] = [None; 4];
         let mut u = 0;
+        if let Some((l, _)) = dsack.filter(|&(l, _)| l > base_seq) {
+            let off = base_off + u64::from(l.since(base_seq));
+            if let Some(r) = self.ooo.range_containing(off) {
+                out[n] = to_block(r);
+                n += 1;
+                used[u] = Some(r);
+                u += 1;
+            }
+        }
         for off in self.sack_recent.into_iter().flatten() {
             if n == out.len() {
                 return n;
