@@ -30,6 +30,28 @@ pub fn privileged() -> Result<(), String> {
     }
 }
 
+/// Whether the program `name` is installed: an executable file of that name in a directory
+/// of `PATH`, where `Command::new(name)` (and `ip netns exec NS name`) would find it. `Err`
+/// carries the reason to print when skipping, naming the Debian `package` that has it.
+pub fn need_tool(name: &str, package: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = !name.is_empty()
+        && !name.contains('/')
+        && std::env::split_paths(&path).any(|d| {
+            std::fs::metadata(d.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not installed (Debian package {package}; \
+             tests/interop/install-tools installs it as root)"
+        ))
+    }
+}
+
 /// A network namespace that is deleted on drop.
 #[derive(Debug)]
 pub struct NetNs {
@@ -261,6 +283,17 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(me(), home);
+    }
+
+    #[test]
+    fn need_tool_finds_programs_on_path_only() {
+        assert_eq!(need_tool("sh", "dash"), Ok(()));
+        let e = need_tool("ember-no-such-tool", "none").unwrap_err();
+        assert!(e.contains("`ember-no-such-tool` is not installed"), "{e}");
+        assert!(e.contains("Debian package none"), "{e}");
+        // A path is not a tool name; neither is nothing.
+        assert!(need_tool("/bin/sh", "dash").is_err());
+        assert!(need_tool("", "none").is_err());
     }
 
     #[test]

@@ -65,6 +65,19 @@ pub mod kernel_peer {
         }
     }
 
+    /// Whether the outside program `tool` (from Debian's `package`) is installed; when it is
+    /// not, says that `what` is skipped and why. The tests run the parts that need no tool
+    /// either way.
+    pub fn have_tool(tool: &str, package: &str, what: &str) -> bool {
+        match ember_runtime::dev::netns::need_tool(tool, package) {
+            Ok(()) => true,
+            Err(why) => {
+                eprintln!("skipped {what}: {why}");
+                false
+            }
+        }
+    }
+
     /// `n` bytes of a pattern that differs per `seed`.
     pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
         (0..n)
