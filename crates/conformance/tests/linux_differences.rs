@@ -26,7 +26,12 @@ fn both(name: &str, body: &str) {
 +0 accept(3, ..., ...) = 4
 {body}"
     );
-    let s = parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    run_both(name, &text);
+}
+
+/// Runs the whole script `text` on both backends and asserts that each passes.
+fn run_both(name: &str, text: &str) {
+    let s = parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
     let o = run_script(&s, &RunOptions::default());
     assert_eq!(o.result, RunResult::Pass, "{name}, ember: {}", o.detail);
     if let Err(e) = available() {
@@ -122,13 +127,5 @@ fn no_redundant_window_update_without_window_scaling() {
 +.05 < P. 1001:2001(1000) ack 1 win 65535
 +0 > . 1:1(0) ack 2001
 ";
-    let s = parse(text).unwrap();
-    let o = run_script(&s, &RunOptions::default());
-    assert_eq!(o.result, RunResult::Pass, "ember: {}", o.detail);
-    if let Err(e) = available() {
-        eprintln!("Linux backend skipped: {e}");
-        return;
-    }
-    let o = run_script_linux(&s, Path::new("/tmp"), &LinuxOptions { max_seconds: 20 });
-    assert_eq!(o.result, RunResult::Pass, "Linux: {}", o.detail);
+    run_both("window update", text);
 }

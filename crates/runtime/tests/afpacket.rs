@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::kernel_peer::{echo_round_trip, ember_sends, have_tool, skip, T};
+use common::kernel_peer::{echo_round_trip, ember_sends, kernel_pings, skip, T};
 use ember_core::wire::MacAddr;
 use ember_runtime::dev::netns::NetNs;
 use ember_runtime::dev::{AfPacket, AfPacketConfig, Device, ImpairConfig, Impaired};
@@ -63,20 +63,7 @@ fn kernel_and_ember_talk_over_af_packet() {
     let (ns, afp, stack) = setup("basic", 1);
     // ICMP echo from the kernel side (ARP first: a broadcast ember must take), with the
     // ping tool when it is installed; the TCP below makes the kernel resolve ember too.
-    if have_tool("ping", "iputils-ping", "the ICMP echo check") {
-        let o = NetNs::run(
-            ns.command("ping")
-                .args(["-c", "5", "-i", "0.01", "-W", "2", "198.18.6.2"]),
-            T,
-        )
-        .unwrap();
-        assert!(
-            o.status.success(),
-            "ping: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    kernel_pings(&ns, "198.18.6.2");
     // Kernel -> ember, 4 MB both ways.
     echo_round_trip(&stack, EMBER, 7001, 4_000_000);
     // ember -> kernel.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::kernel_peer::{echo_round_trip, ember_sends, have_tool, skip, T};
+use common::kernel_peer::{echo_round_trip, ember_sends, kernel_pings, skip, T};
 use ember_runtime::dev::netns::NetNs;
 use ember_runtime::dev::{Tap, TapConfig};
 use ember_runtime::{IfaceConfig, Stack};
@@ -50,20 +50,7 @@ fn kernel_and_ember_talk_over_tap() {
     }
     let (ns, tap, stack) = setup("basic", 1, false);
     // ICMP echo from the kernel side (with the ping tool, when it is installed).
-    if have_tool("ping", "iputils-ping", "the ICMP echo check") {
-        let o = NetNs::run(
-            ns.command("ping")
-                .args(["-c", "5", "-i", "0.01", "-W", "2", "198.18.5.2"]),
-            T,
-        )
-        .unwrap();
-        assert!(
-            o.status.success(),
-            "ping: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    kernel_pings(&ns, "198.18.5.2");
     // Kernel -> ember, 2 MB both ways.
     echo_round_trip(&stack, EMBER, 7001, 2_000_000);
     // ember -> kernel.

@@ -78,6 +78,26 @@ pub mod kernel_peer {
         }
     }
 
+    /// Five ICMP echoes from the kernel side of `ns` to ember at `ember`, which must all
+    /// be answered; with the ping tool, when it is installed (else says it skipped).
+    pub fn kernel_pings(ns: &ember_runtime::dev::netns::NetNs, ember: &str) {
+        if !have_tool("ping", "iputils-ping", "the ICMP echo check") {
+            return;
+        }
+        let o = ember_runtime::dev::netns::NetNs::run(
+            ns.command("ping")
+                .args(["-c", "5", "-i", "0.01", "-W", "2", ember]),
+            T,
+        )
+        .unwrap();
+        assert!(
+            o.status.success(),
+            "ping: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
     /// `n` bytes of a pattern that differs per `seed`.
     pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
         (0..n)
