@@ -199,8 +199,8 @@ fn syn_carries_options_in_linux_order() {
 #[test]
 fn syn_without_optional_options_when_disabled() {
     let mut o = One::client(settings(|s| {
-        s.wscale = false;
-        s.tstamp = false;
+        s.wscale = 1;
+        s.tstamp = 1;
         s.sack = 1;
     }));
     let syn = o.pop();
@@ -1763,8 +1763,8 @@ fn errors_map_to_io_error_kinds() {
 #[test]
 fn unoffered_options_in_synack_are_ignored() {
     let mut o = One::client(settings(|s| {
-        s.wscale = false;
-        s.tstamp = false;
+        s.wscale = 1;
+        s.tstamp = 1;
         s.sack = 1;
     }));
     o.pop();

@@ -463,7 +463,11 @@ impl Tcb {
             sack_recent: [None; 4],
             dsack: None,
             snd_wscale: 0,
-            rcv_wscale: if set.wscale || passive { rcv_wscale } else { 0 },
+            rcv_wscale: if set.accepts(set.wscale, passive) {
+                rcv_wscale
+            } else {
+                0
+            },
             ts_ok: false,
             ts_recent: 0,
             ts_recent_time: now,
@@ -548,7 +552,7 @@ impl Tcb {
         let mut t = Tcb::new(now, spec, set, false);
         t.state = State::SynSent;
         t.sack_ok = t.set.sack >= 2;
-        t.ts_ok = t.set.tstamp;
+        t.ts_ok = t.set.tstamp >= 2;
         t
     }
 
@@ -579,8 +583,11 @@ impl Tcb {
         // MSS (RFC 9293 §3.7.1, MUST-14/15): default 536 when absent; RFC 6691: it
         // excludes options.
         self.peer_mss = o.mss.map(u32::from).unwrap_or(self.set.mss_def);
+        // RFC 7323 §2.2, §3.2, RFC 2018 §2: an option is in use when both SYNs carry it:
+        // the active side takes it only if it offered it (setting 2), the passive side
+        // answers an offer unless the option is off (setting 0).
         match o.window_scale {
-            Some(ws) if self.set.wscale || self.passive => {
+            Some(ws) if self.set.accepts(self.set.wscale, self.passive) => {
                 // RFC 7323 §2.3: a shift above 14 is used as 14.
                 self.snd_wscale = ws.min(MAX_WSCALE);
                 self.ws_ok = true;
@@ -591,14 +598,9 @@ impl Tcb {
                 self.ws_ok = false;
             }
         }
-        let sack_allowed = if self.passive {
-            self.set.sack >= 1
-        } else {
-            self.set.sack >= 2
-        };
-        self.sack_ok = o.sack_permitted && sack_allowed;
+        self.sack_ok = o.sack_permitted && self.set.accepts(self.set.sack, self.passive);
         match o.timestamps {
-            Some((tsval, _)) if self.passive || self.set.tstamp => {
+            Some((tsval, _)) if self.set.accepts(self.set.tstamp, self.passive) => {
                 self.ts_ok = true;
                 self.ts_recent = tsval;
                 self.ts_recent_time = now;
@@ -1560,7 +1562,7 @@ mod tests {
     /// A client `Tcb` (no timestamps, MSS 1000) whose peer's SYN,ACK offered `win`.
     fn client(win: u16) -> Tcb {
         let mut set = settings();
-        set.tstamp = false;
+        set.tstamp = 1;
         let mut a = Tcb::connect(T0, spec(A, B, 1000), set);
         drain(&mut a, T0);
         let mut synack = a.base_repr(SeqNum(5000), TcpFlags::SYN | TcpFlags::ACK);
