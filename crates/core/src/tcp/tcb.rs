@@ -1049,11 +1049,52 @@ impl Tcb {
         };
     }
 
-    /// Keepalive timing (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT).
+    /// Keepalive timing (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) all at once; the
+    /// timer runs on as it was armed (see [`Tcb::set_keepalive_idle`] for Linux's
+    /// TCP_KEEPIDLE).
     pub fn set_keepalive_params(&mut self, idle: Duration, intvl: Duration, probes: u32) {
         self.set.keepalive_idle = idle.max(Duration::from_millis(1));
         self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
         self.set.keepalive_probes = probes.max(1);
+    }
+
+    /// TCP_KEEPIDLE (RFC 9293 §3.8.4): the idle time before the first keepalive probe.
+    /// With keepalive on and the connection synchronized, the timer is re-armed at once
+    /// for the new time, counted from the last segment received (due now if that is
+    /// already past), as Linux's `tcp_sock_set_keepidle_locked` does; probes already
+    /// sent still count.
+    pub fn set_keepalive_idle(&mut self, now: Instant, idle: Duration) {
+        self.set.keepalive_idle = idle.max(Duration::from_millis(1));
+        if self.keepalive && self.state.is_synchronized() {
+            self.keepalive_deadline = Some((self.last_rcv + self.set.keepalive_idle).max(now));
+        }
+    }
+
+    /// TCP_KEEPINTVL: the time between unanswered keepalive probes (from the next probe
+    /// on).
+    pub fn set_keepalive_intvl(&mut self, intvl: Duration) {
+        self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
+    }
+
+    /// TCP_KEEPCNT: unanswered probes before the connection is dropped.
+    pub fn set_keepalive_probes(&mut self, probes: u32) {
+        self.set.keepalive_probes = probes.max(1);
+    }
+
+    /// Keepalive timing in use: (idle, interval, probes); the stack's tunables
+    /// (`tcp_keepalive_interval`, `tcp_keepalive_intvl`, `tcp_keepalive_probes`) as the
+    /// connection was created unless set on it.
+    pub fn keepalive_params(&self) -> (Duration, Duration, u32) {
+        (
+            self.set.keepalive_idle,
+            self.set.keepalive_intvl,
+            self.set.keepalive_probes,
+        )
+    }
+
+    /// SO_KEEPALIVE as set.
+    pub fn keepalive(&self) -> bool {
+        self.keepalive
     }
 
     /// TCP_USER_TIMEOUT (RFC 9293 §3.8.3 USER TIMEOUT, RFC 5482): abort when sent data
