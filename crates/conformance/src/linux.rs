@@ -594,6 +594,8 @@ fn lconst(w: &str) -> Option<i64> {
         "TCP_LAST_ACK" => 9,
         "TCP_LISTEN" => 10,
         "TCP_CLOSING" => 11,
+        "TCP_NEW_SYN_RECV" => 12,
+        "TCP_BOUND_INACTIVE" => 13,
         _ => return None,
     })
 }
@@ -2266,6 +2268,27 @@ mod tests {
         assert_eq!(lconst("MSG_FASTOPEN"), Some(0x2000_0000));
         assert_eq!(lconst("EPOLLET"), Some(1 << 31));
         assert_eq!(lconst("NOT_A_CONSTANT"), None);
+        // include/net/tcp_states.h
+        for (i, n) in [
+            "TCP_ESTABLISHED",
+            "TCP_SYN_SENT",
+            "TCP_SYN_RECV",
+            "TCP_FIN_WAIT1",
+            "TCP_FIN_WAIT2",
+            "TCP_TIME_WAIT",
+            "TCP_CLOSE",
+            "TCP_CLOSE_WAIT",
+            "TCP_LAST_ACK",
+            "TCP_LISTEN",
+            "TCP_CLOSING",
+            "TCP_NEW_SYN_RECV",
+            "TCP_BOUND_INACTIVE",
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(lconst(n), Some(i as i64 + 1), "{n}");
+        }
         assert_eq!(poll_text(0x5), "0x5 (IN|OUT)");
         assert_eq!(poll_text(0), "0x0 (0)");
     }
