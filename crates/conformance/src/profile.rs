@@ -719,8 +719,8 @@ fn apply_sysctl(name: &str, value: &str, params: &mut Params, ctx: Context) -> S
         }
         // Linux's 0 neither offers the option nor takes it from a peer's SYN
         // (tcp_parse_options reads it on a SYN only while the sysctl is on): ember's 0.
-        // 2 (timestamps without the random per-connection offset) is taken as 1: the
-        // scripts' TS values are relative, so the offset is not seen.
+        // 2 (Linux: timestamps without the random per-connection offset) is taken as
+        // 1, as before: ember keeps its offset.
         "tcp_timestamps" => match int {
             Some(0) => set_all(params, vec![change("tcp_tstamp_always", 0, src)]),
             Some(1 | 2) => set_all(params, vec![change("tcp_tstamp_always", 2, src)]),
