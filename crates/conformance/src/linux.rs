@@ -110,13 +110,29 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 /// (`*.sh`, `*.py`) are executable: the corpus is kept as data, without the execute bits
 /// its shell lines rely on (`../common/defaults.sh` is run as a program, and calls
 /// others the same way).
+///
+/// Symbolic links are kept working in both forms the corpus comes in: as Google's
+/// repository ships it, `tcp/common/defaults.sh` is a real symlink to
+/// `../../common/defaults.sh`; a checkout that cannot hold links (or an archive that
+/// flattened them) has a text file holding the target instead ([`flattened_link`]). A
+/// link whose target resolves inside the copied tree becomes a relative link to the
+/// copy's counterpart; one whose target is outside becomes a copy of the target's
+/// contents (a file, or a directory copied the same way). A dangling link, or one in a
+/// loop, is left out. Every directory is copied at most once (an outside directory
+/// reached through links twice is copied the first time only), at most 32 levels deep,
+/// and the whole copy is bounded like the tree itself.
 #[derive(Debug)]
 pub struct CorpusCopy {
     root: PathBuf,
 }
 
+/// Bounds on a [`CorpusCopy`].
+const COPY_MAX_ENTRIES: usize = 10_000;
+const COPY_MAX_BYTES: u64 = 64 << 20;
+const COPY_MAX_DEPTH: usize = 32;
+
 impl CorpusCopy {
-    /// Copies the tree under `src` (at most 10,000 files and 64 MiB).
+    /// Copies the tree under `src` (at most 10,000 entries and 64 MiB).
     pub fn new(src: &Path) -> io::Result<CorpusCopy> {
         let root = std::env::temp_dir().join(format!(
             "ember-pd-corpus-{}-{}",
@@ -126,37 +142,19 @@ impl CorpusCopy {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root)?;
         let copy = CorpusCopy { root };
-        let (mut files, mut bytes) = (0usize, 0u64);
-        let mut stack = vec![src.to_path_buf()];
-        while let Some(dir) = stack.pop() {
-            for e in std::fs::read_dir(&dir)? {
-                let e = e?;
-                let path = e.path();
-                let rel = path.strip_prefix(src).map_err(io::Error::other)?;
-                let dest = copy.root.join(rel);
-                let ty = e.file_type()?;
-                if ty.is_dir() {
-                    std::fs::create_dir_all(&dest)?;
-                    stack.push(path);
-                } else if ty.is_file() {
-                    files += 1;
-                    if let Some(target) = flattened_link(&path)? {
-                        std::os::unix::fs::symlink(target, &dest)?;
-                        continue;
-                    }
-                    bytes += std::fs::copy(&path, &dest)?;
-                    if files > 10_000 || bytes > 64 << 20 {
-                        return Err(io::Error::other(
-                            "corpus larger than 10,000 files or 64 MiB",
-                        ));
-                    }
-                    let name = dest.to_string_lossy();
-                    if name.ends_with(".sh") || name.ends_with(".py") {
-                        use std::os::unix::fs::PermissionsExt;
-                        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))?;
-                    }
-                }
-            }
+        let src = std::fs::canonicalize(src)?;
+        let mut w = CopyWalk {
+            src: &src,
+            dest: &copy.root,
+            entries: 0,
+            bytes: 0,
+            dirs_done: std::collections::HashSet::new(),
+            stack: Vec::new(),
+        };
+        w.dirs_done.insert(src.clone());
+        w.stack.push((src.clone(), copy.root.clone(), 0));
+        while let Some((dir, dest, depth)) = w.stack.pop() {
+            w.copy_dir(&dir, &dest, depth)?;
         }
         Ok(copy)
     }
@@ -164,6 +162,117 @@ impl CorpusCopy {
     /// The copy's root (the counterpart of `src`).
     pub fn path(&self) -> &Path {
         &self.root
+    }
+}
+
+/// The state of one [`CorpusCopy::new`]: the (canonical) source root, the copy's root,
+/// what has been copied so far, and the directories still to copy.
+struct CopyWalk<'a> {
+    src: &'a Path,
+    dest: &'a Path,
+    entries: usize,
+    bytes: u64,
+    /// Canonical source directories already copied (or queued).
+    dirs_done: std::collections::HashSet<PathBuf>,
+    /// (source directory, its copy, depth)
+    stack: Vec<(PathBuf, PathBuf, usize)>,
+}
+
+impl CopyWalk<'_> {
+    fn count(&mut self, bytes: u64) -> io::Result<()> {
+        self.entries += 1;
+        self.bytes += bytes;
+        if self.entries > COPY_MAX_ENTRIES || self.bytes > COPY_MAX_BYTES {
+            return Err(io::Error::other(
+                "corpus larger than 10,000 entries or 64 MiB",
+            ));
+        }
+        Ok(())
+    }
+
+    fn copy_dir(&mut self, dir: &Path, dest: &Path, depth: usize) -> io::Result<()> {
+        if depth > COPY_MAX_DEPTH {
+            return Err(io::Error::other(format!(
+                "corpus nested deeper than {COPY_MAX_DEPTH} directories at {}",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dest)?;
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let path = e.path();
+            let to = dest.join(e.file_name());
+            let ty = e.file_type()?;
+            if ty.is_dir() {
+                self.count(0)?;
+                let real = std::fs::canonicalize(&path)?;
+                if self.dirs_done.insert(real) {
+                    self.stack.push((path, to, depth + 1));
+                }
+            } else if ty.is_symlink() {
+                // canonicalize follows the whole chain; a dangling link or a loop
+                // (ELOOP) has no target and is left out.
+                if let Ok(target) = std::fs::canonicalize(&path) {
+                    self.copy_link(&target, &to, depth)?;
+                }
+            } else if ty.is_file() {
+                match flattened_link(&path)? {
+                    Some(t) => {
+                        let target = std::fs::canonicalize(path.parent().unwrap_or(dir).join(t))?;
+                        self.copy_link(&target, &to, depth)?;
+                    }
+                    None => self.copy_file(&path, &to)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A link at `to` (in the copy) whose source resolves to `target` (canonical).
+    fn copy_link(&mut self, target: &Path, to: &Path, depth: usize) -> io::Result<()> {
+        if let Ok(rel) = target.strip_prefix(self.src) {
+            // Inside the tree: a relative link from `to`'s directory to the copy's
+            // counterpart of the target.
+            self.count(0)?;
+            let from = to
+                .parent()
+                .and_then(|p| p.strip_prefix(self.dest).ok())
+                .unwrap_or(Path::new(""));
+            let mut link = PathBuf::new();
+            for _ in from.components() {
+                link.push("..");
+            }
+            link.push(rel);
+            if link.as_os_str().is_empty() {
+                link.push(".");
+            }
+            return std::os::unix::fs::symlink(link, to);
+        }
+        let meta = std::fs::metadata(target)?;
+        if meta.is_dir() {
+            self.count(0)?;
+            if self.dirs_done.insert(target.to_path_buf()) {
+                self.stack
+                    .push((target.to_path_buf(), to.to_path_buf(), depth + 1));
+            }
+            Ok(())
+        } else if meta.is_file() {
+            self.copy_file(target, to)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn copy_file(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        let len = std::fs::metadata(from)?.len();
+        self.count(len)?;
+        std::fs::copy(from, to)?;
+        let name = to.to_string_lossy();
+        if name.ends_with(".sh") || name.ends_with(".py") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755))?;
+        }
+        Ok(())
     }
 }
 
@@ -485,6 +594,8 @@ fn lconst(w: &str) -> Option<i64> {
         "TCP_LAST_ACK" => 9,
         "TCP_LISTEN" => 10,
         "TCP_CLOSING" => 11,
+        "TCP_NEW_SYN_RECV" => 12,
+        "TCP_BOUND_INACTIVE" => 13,
         _ => return None,
     })
 }
@@ -2051,11 +2162,133 @@ mod tests {
         assert_eq!(tcp_info_field(&b, "tcpi_nonsense"), None);
     }
 
+    /// A corpus tree as Google ships it (a real symlink), as a flattened checkout has it
+    /// (a text file naming the target), with links out of the tree, a link loop, a
+    /// dangling link and a link to the tree's own parent: the copy has working links or
+    /// contents for all and terminates.
+    #[test]
+    fn corpus_copy_keeps_links_in_both_forms() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let base = std::env::temp_dir().join(format!(
+            "ember-pd-copy-test-{}-{}",
+            std::process::id(),
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        let tree = base.join("net");
+        let w = |p: &str, text: &str| {
+            let p = base.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        w("net/common/defaults.sh", "#!/bin/sh\necho defaults\n");
+        w(
+            "net/tcp/a/x.pkt",
+            "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n",
+        );
+        w("outside/helper.sh", "#!/bin/sh\necho outside\n");
+        w("outside/dir/inner.py", "print(1)\n");
+        std::fs::create_dir_all(tree.join("tcp/common")).unwrap();
+        std::fs::create_dir_all(tree.join("flat/common")).unwrap();
+        // Real symlink (relative), and the flattened form.
+        symlink(
+            "../../common/defaults.sh",
+            tree.join("tcp/common/defaults.sh"),
+        )
+        .unwrap();
+        w("net/flat/common/defaults.sh", "../../common/defaults.sh\n");
+        // An absolute link to a file inside the tree, a link to a directory inside.
+        symlink(tree.join("common/defaults.sh"), tree.join("tcp/abs.sh")).unwrap();
+        symlink("../common", tree.join("tcp/common2")).unwrap();
+        // Links out of the tree: a file and a directory.
+        symlink(base.join("outside/helper.sh"), tree.join("tcp/helper.sh")).unwrap();
+        symlink("../../outside/dir", tree.join("tcp/outdir")).unwrap();
+        // A loop, a dangling link, a link to the tree's parent (which holds the tree).
+        symlink("loop2", tree.join("tcp/loop1")).unwrap();
+        symlink("loop1", tree.join("tcp/loop2")).unwrap();
+        symlink("nowhere", tree.join("tcp/dangling")).unwrap();
+        symlink("../..", tree.join("tcp/up")).unwrap();
+
+        let copy = CorpusCopy::new(&tree).expect("copy");
+        let c = copy.path().to_path_buf();
+        let croot = std::fs::canonicalize(&c).unwrap();
+        let read = |p: &str| std::fs::read_to_string(c.join(p));
+        for (p, want) in [
+            ("tcp/common/defaults.sh", "#!/bin/sh\necho defaults\n"),
+            ("flat/common/defaults.sh", "#!/bin/sh\necho defaults\n"),
+            ("tcp/abs.sh", "#!/bin/sh\necho defaults\n"),
+            ("tcp/common2/defaults.sh", "#!/bin/sh\necho defaults\n"),
+            ("tcp/helper.sh", "#!/bin/sh\necho outside\n"),
+            ("tcp/outdir/inner.py", "print(1)\n"),
+        ] {
+            assert_eq!(read(p).as_deref().ok(), Some(want), "{p} in the copy");
+        }
+        // Links into the tree stay links, and point into the copy, not the source.
+        for p in [
+            "tcp/common/defaults.sh",
+            "flat/common/defaults.sh",
+            "tcp/abs.sh",
+            "tcp/common2",
+        ] {
+            let meta = std::fs::symlink_metadata(c.join(p)).unwrap();
+            assert!(meta.file_type().is_symlink(), "{p} is a link");
+            let real = std::fs::canonicalize(c.join(p)).unwrap();
+            assert!(real.starts_with(&croot), "{p} -> {}", real.display());
+        }
+        assert_eq!(
+            std::fs::read_link(c.join("tcp/common/defaults.sh")).unwrap(),
+            Path::new("../../common/defaults.sh")
+        );
+        // Links out of the tree are copies; helpers are executable.
+        assert!(std::fs::symlink_metadata(c.join("tcp/helper.sh"))
+            .unwrap()
+            .is_file());
+        let mode = std::fs::metadata(c.join("common/defaults.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+        // The loop and the dangling link are left out; the link to the parent is a
+        // bounded copy that does not contain itself again.
+        for p in ["tcp/loop1", "tcp/loop2", "tcp/dangling"] {
+            assert!(std::fs::symlink_metadata(c.join(p)).is_err(), "{p}");
+        }
+        assert!(c.join("tcp/up/outside/helper.sh").is_file());
+        assert!(
+            !c.join("tcp/up/net").exists(),
+            "the tree is not copied into itself"
+        );
+        drop(copy);
+        assert!(!c.exists(), "removed on drop");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
     #[test]
     fn constants_and_arguments() {
         assert_eq!(lconst("MSG_FASTOPEN"), Some(0x2000_0000));
         assert_eq!(lconst("EPOLLET"), Some(1 << 31));
         assert_eq!(lconst("NOT_A_CONSTANT"), None);
+        // include/net/tcp_states.h
+        for (i, n) in [
+            "TCP_ESTABLISHED",
+            "TCP_SYN_SENT",
+            "TCP_SYN_RECV",
+            "TCP_FIN_WAIT1",
+            "TCP_FIN_WAIT2",
+            "TCP_TIME_WAIT",
+            "TCP_CLOSE",
+            "TCP_CLOSE_WAIT",
+            "TCP_LAST_ACK",
+            "TCP_LISTEN",
+            "TCP_CLOSING",
+            "TCP_NEW_SYN_RECV",
+            "TCP_BOUND_INACTIVE",
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(lconst(n), Some(i as i64 + 1), "{n}");
+        }
         assert_eq!(poll_text(0x5), "0x5 (IN|OUT)");
         assert_eq!(poll_text(0), "0x0 (0)");
     }

@@ -122,8 +122,8 @@ pub fn linux_profile() -> Params {
         ("tcp_largest_anon_port", "60999"),
         ("tcp_rst_sent_rate", "0"),
         ("tcp_sack_permitted", "2"),
-        ("tcp_wscale_always", "1"),
-        ("tcp_tstamp_always", "1"),
+        ("tcp_wscale_always", "2"),
+        ("tcp_tstamp_always", "2"),
         ("tcp_time_wait_interval", "60000"),
         ("tcp_fin_wait_2_flush_interval", "60000"),
         ("tcp_cork_interval", "200"),
@@ -645,9 +645,9 @@ fn set_all(params: &mut Params, changes: Vec<Change>) -> ShellOutcome {
 /// |---|---|
 /// | `tcp_rmem` "min def max" | `tcp_recv_hiwat`=def, `tcp_max_buf` raised to max (min: no knob) |
 /// | `tcp_wmem` "min def max" | `tcp_xmit_hiwat`=def, `tcp_max_buf` raised to max |
-/// | `tcp_timestamps` 0/1/2 | `tcp_tstamp_always` (ember still accepts them on passive opens) |
+/// | `tcp_timestamps` 0/1/2 | `tcp_tstamp_always` 0/2/2 (0: neither offered nor accepted, as Linux) |
 /// | `tcp_sack` 0/1 | `tcp_sack_permitted` 0/2 |
-/// | `tcp_window_scaling` 1 | `tcp_wscale_always`; 0 Unsupported (ember accepts it passively) |
+/// | `tcp_window_scaling` 0/1 | `tcp_wscale_always` 0/2 (0: neither offered nor accepted, as Linux) |
 /// | `tcp_syn_retries` N | `tcp_ip_abort_cinterval` = Linux's give-up time for N |
 /// | `tcp_retries2` N | `tcp_ip_abort_interval` = Linux's give-up time for N |
 /// | `tcp_reordering` N | `tcp_dupack_fast_retransmit` |
@@ -717,16 +717,13 @@ fn apply_sysctl(name: &str, value: &str, params: &mut Params, ctx: Context) -> S
             }
             set_all(params, cs)
         }
+        // Linux's 0 neither offers the option nor takes it from a peer's SYN
+        // (tcp_parse_options reads it on a SYN only while the sysctl is on): ember's 0.
+        // 2 (Linux: timestamps without the random per-connection offset) is taken as
+        // 1, as before: ember keeps its offset.
         "tcp_timestamps" => match int {
-            Some(0) => set_all(
-                params,
-                vec![change(
-                    "tcp_tstamp_always",
-                    0,
-                    format!("{src} (ember still echoes timestamps a peer's SYN offers)"),
-                )],
-            ),
-            Some(1 | 2) => set_all(params, vec![change("tcp_tstamp_always", 1, src)]),
+            Some(0) => set_all(params, vec![change("tcp_tstamp_always", 0, src)]),
+            Some(1 | 2) => set_all(params, vec![change("tcp_tstamp_always", 2, src)]),
             _ => bad_value(),
         },
         "tcp_sack" => match int {
@@ -735,10 +732,8 @@ fn apply_sysctl(name: &str, value: &str, params: &mut Params, ctx: Context) -> S
             _ => bad_value(),
         },
         "tcp_window_scaling" => match int {
-            Some(1) => set_all(params, vec![change("tcp_wscale_always", 1, src)]),
-            Some(0) => unsupported(format!(
-                "{src}: ember always accepts window scaling a peer's SYN offers"
-            )),
+            Some(0) => set_all(params, vec![change("tcp_wscale_always", 0, src)]),
+            Some(1) => set_all(params, vec![change("tcp_wscale_always", 2, src)]),
             _ => bad_value(),
         },
         "tcp_syn_retries" | "tcp_retries2" => {
@@ -1273,7 +1268,7 @@ mod tests {
         assert_eq!(p.tcp_recv_hiwat, 540_000);
         assert_eq!(p.tcp_xmit_hiwat, 262_144);
         assert_eq!(p.tcp_max_buf, 15 * 1024 * 1024);
-        assert!(p.tcp_tstamp_always && p.tcp_wscale_always);
+        assert_eq!((p.tcp_tstamp_always, p.tcp_wscale_always), (2, 2));
         assert_eq!(p.tcp_sack_permitted, 2);
         assert_eq!(p.tcp_congestion_control.to_string(), "cubic");
         assert!(!p.tcp_slow_start_after_idle);
@@ -1323,6 +1318,63 @@ mod tests {
         }
     }
 
+    /// Linux's `tcp_window_scaling=0` and `tcp_timestamps=0` neither offer the option
+    /// nor accept it from a peer's SYN: ember's level 0 of `tcp_wscale_always` and
+    /// `tcp_tstamp_always`; 1 (and timestamps' 2) offer and accept: level 2.
+    #[test]
+    fn window_scaling_and_timestamps_sysctls() {
+        let mut p = linux_profile();
+        for (cmd, tunable, want) in [
+            (
+                "sysctl -q net.ipv4.tcp_window_scaling=0",
+                "tcp_wscale_always",
+                "0",
+            ),
+            (
+                "sysctl -q net.ipv4.tcp_window_scaling=1",
+                "tcp_wscale_always",
+                "2",
+            ),
+            (
+                "sysctl -q net.ipv4.tcp_timestamps=0",
+                "tcp_tstamp_always",
+                "0",
+            ),
+            (
+                "sysctl -q net.ipv4.tcp_timestamps=1",
+                "tcp_tstamp_always",
+                "2",
+            ),
+            (
+                "sysctl -q net.ipv4.tcp_timestamps=2",
+                "tcp_tstamp_always",
+                "2",
+            ),
+            (
+                "../common/set_sysctls.py /proc/sys/net/ipv4/tcp_window_scaling=0",
+                "tcp_wscale_always",
+                "0",
+            ),
+        ] {
+            let o = apply_shell(cmd, &mut p);
+            assert_eq!(
+                applied(&o),
+                vec![(tunable, want.to_string())],
+                "{cmd}: {o:?}"
+            );
+            assert_eq!(p.get(tunable).as_deref(), Some(want), "{cmd}");
+        }
+        for bad in [
+            "sysctl -q net.ipv4.tcp_window_scaling=2",
+            "sysctl -q net.ipv4.tcp_timestamps=3",
+        ] {
+            let before = p.clone();
+            let o = apply_shell(bad, &mut p);
+            assert!(matches!(o, ShellOutcome::Unsupported(_)), "{bad}: {o:?}");
+            assert_eq!(p, before, "{bad} changed nothing");
+        }
+    }
+
     #[test]
     fn sysctl_lines() {
         let mut p = linux_profile();
@@ -1345,7 +1397,7 @@ mod tests {
             &mut p,
         );
         assert_eq!(applied(&o).len(), 2);
-        assert!(!p.tcp_tstamp_always && p.tcp_slow_start_after_idle);
+        assert!(p.tcp_tstamp_always == 0 && p.tcp_slow_start_after_idle);
         apply_shell("echo 0 > /proc/sys/net/ipv4/tcp_sack", &mut p);
         assert_eq!(p.tcp_sack_permitted, 0);
         apply_shell("sysctl -q net/ipv4/tcp_congestion_control=reno", &mut p);

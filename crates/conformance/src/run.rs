@@ -40,12 +40,17 @@
 //! * System calls. The subset ember's core has: `socket` (AF_INET stream sockets only;
 //!   fds are the lowest free number from 3, like a fresh process), `setsockopt`
 //!   (SO_REUSEADDR accepted and ignored; TCP_NODELAY, TCP_CORK, SO_SNDBUF, SO_RCVBUF,
-//!   SO_KEEPALIVE, TCP_USER_TIMEOUT, TCP_MAXSEG, IP_TOS applied to the connection, remembered
+//!   SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_MAXSEG,
+//!   IP_TOS applied to the connection, remembered
 //!   on a socket that has none yet, applied before the SYN of a connect() and
 //!   inherited by accepted connections (TCP_MAXSEG on a listener also shapes the
-//!   SYN,ACKs it sends); TCP_MAXSEG outside 88..=32767 is EINVAL; TCP_NOTSENT_LOWAT only as 0 or 0xffffffff, "no
+//!   SYN,ACKs it sends); TCP_MAXSEG outside 88..=32767, TCP_KEEPIDLE and TCP_KEEPINTVL
+//!   outside 1..=32767 s and TCP_KEEPCNT outside 1..=127 are EINVAL; TCP_KEEPIDLE on a
+//!   connection with keepalive on re-arms its timer; TCP_NOTSENT_LOWAT only as 0 or 0xffffffff, "no
 //!   limit", which is ember's behaviour), `getsockopt` (SO_ERROR; TCP_MAXSEG: the MSS
-//!   in use once connected, else the value set or 536; TCP_NODELAY, TCP_CORK,
+//!   in use once connected, else the value set or 536; TCP_KEEPIDLE, TCP_KEEPINTVL (s),
+//!   TCP_KEEPCNT: the connection's, else the value set, else the tunable
+//!   (`tcp_keepalive_interval`, `_intvl`, `_probes`); TCP_NODELAY, TCP_CORK,
 //!   SO_KEEPALIVE, TCP_NOTSENT_LOWAT, IP_TOS: the value set or 0; SO_SNDBUF/SO_RCVBUF: twice
 //!   the value set, as socket(7) says, when 2304..=212992 was set; the length must
 //!   be 4), `fcntl` (F_GETFL/F_SETFL with O_NONBLOCK), `bind`, `listen`, `accept`,
@@ -54,7 +59,8 @@
 //!   MSG_DONTWAIT, MSG_NOSIGNAL, MSG_MORE; buffers must be `...`, zeros are written;
 //!   a msghdr's `msg_iov` lengths are summed, `msg_name` must be `...`, control data
 //!   is Unsupported), `read`/`recv`/`recvfrom`/`recvmsg`/`readv` (same flags but
-//!   MSG_MORE; contents are not checked), `close`, `shutdown` (SHUT_WR; SHUT_RD and
+//!   MSG_MORE, and MSG_PEEK, which leaves the data to be read again; contents are not
+//!   checked), `close`, `shutdown` (SHUT_WR; SHUT_RD and
 //!   SHUT_RDWR also mark the socket so a read with nothing buffered returns 0 instead
 //!   of blocking), `ioctl` (SIOCINQ/FIONREAD: bytes readable; SIOCOUTQ: bytes written
 //!   and not acknowledged; SIOCOUTQNSD: bytes not yet sent; EINVAL on a listener),
@@ -67,7 +73,8 @@
 //!   from 3 (fd numbering belongs to the harness, not the stack; the corpus has a
 //!   script starting at 4). Anything else is `Unsupported` with the call's (or
 //!   option's) name. Return values and errno names must equal the script's (`...`
-//!   accepts anything); values a call writes back (getsockopt's value, ioctl's
+//!   accepts anything; an errno's other name is the same errno: EWOULDBLOCK is EAGAIN,
+//!   EDEADLOCK EDEADLK, ENOTSUP EOPNOTSUPP); values a call writes back (getsockopt's value, ioctl's
 //!   count, poll's `revents`, epoll_wait's first event and its data) must equal the
 //!   script's where written.
 //! * Readiness (poll, epoll). A connected socket's mask is Linux's `tcp_poll` rule
@@ -92,8 +99,13 @@
 //! * Shell commands mid-script go through [`apply_shell`]; applied tunables are set on
 //!   the host (new connections see them); `Unsupported` stops the run as Unsupported.
 //! * `%{ }%` code blocks: `assert` statements are evaluated against the `tcp_info` of
-//!   the connection the last system call used (an accept or socket call counts for the
-//!   fd it returned); `NAME = expr` (and `op=`) defines a variable for this and later
+//!   the socket the last system call used (an accept or socket call counts for the
+//!   fd it returned; after that fd is closed, its connection while ember has it). A
+//!   socket with no connection answers as Linux's fresh socket (TCP_CLOSE, the initial
+//!   RTO, MSS 536, the initial window, ...; see `closed_tcpi`), a listener as Linux's
+//!   (TCP_LISTEN, `tcpi_unacked` its accept queue, `tcpi_sacked` its backlog; see
+//!   `listen_tcpi`), a connection ember has reaped only with `tcpi_state` (TCP_CLOSE).
+//!   `NAME = expr` (and `op=`) defines a variable for this and later
 //!   blocks; `print(...)` does nothing. Names are variables, then Linux's constants
 //!   (`TCP_CA_*`, `TCPI_OPT_*`, `TCP_ESTABLISHED`..), then fields from ember's
 //!   `TcbInfo` in Linux's units: `tcpi_snd_cwnd` = cwnd / MSS, `tcpi_snd_ssthresh` =
@@ -299,6 +311,11 @@ enum SockOpt {
     /// 0xffffffff (no limit): ember's behaviour; remembered for getsockopt.
     NotsentLowat(u32),
     Tos(u8),
+    /// TCP_KEEPIDLE, TCP_KEEPINTVL (seconds) and TCP_KEEPCNT, range-checked as Linux
+    /// does.
+    KeepIdle(u32),
+    KeepIntvl(u32),
+    KeepCnt(u32),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -319,6 +336,8 @@ struct Sock {
     wr_shut: bool,
     /// The last send had MSG_MORE: the connection is corked until a send without it.
     more: bool,
+    /// listen()'s backlog argument (a listener's `tcpi_sacked`).
+    backlog: i64,
 }
 
 /// One file in an epoll set.
@@ -361,6 +380,8 @@ enum Blocked {
     Read {
         fd: i64,
         len: usize,
+        /// MSG_PEEK: the data stays to be read again.
+        peek: bool,
     },
     Write {
         fd: i64,
@@ -399,8 +420,11 @@ struct Runner {
     captured: VecDeque<(Instant, Vec<u8>)>,
     socks: BTreeMap<i64, Sock>,
     pending: Option<Pending>,
-    /// The connection of the last system call on a connected socket (code blocks read
-    /// its `tcp_info`).
+    /// The socket of the last system call (its fd argument, or the fd a `socket()` or
+    /// `accept()` returned): code blocks read its `tcp_info`.
+    last_fd: Option<i64>,
+    /// The connection `last_fd` had when last it was one (read after that fd is
+    /// closed, while ember still has the connection).
     last_conn: Option<ConnId>,
     /// Variables assigned by code blocks.
     vars: BTreeMap<String, i64>,
@@ -490,6 +514,7 @@ impl Runner {
             captured: VecDeque::new(),
             socks: BTreeMap::new(),
             pending: None,
+            last_fd: None,
             last_conn: None,
             vars: BTreeMap::new(),
             epolls: BTreeMap::new(),
@@ -788,7 +813,7 @@ impl Runner {
         let Some(stmts) = &block.statements else {
             return unsup("a code block outside the assertion subset");
         };
-        let info = self.last_conn.and_then(|id| self.host.tcp_info(id));
+        let info = self.info_source();
         let now = self.now;
         for (idx, st) in stmts.iter().enumerate() {
             let lookup = |n: &str| -> Option<i64> {
@@ -798,7 +823,14 @@ impl Runner {
                 if let Some(v) = code_constant(n) {
                     return Some(v);
                 }
-                tcpi(n, info.as_ref()?, now)
+                match info.as_ref()? {
+                    InfoSource::Conn(i) => tcpi(n, i, now),
+                    InfoSource::Gone => (n == "tcpi_state").then_some(TCP_CLOSE),
+                    InfoSource::Closed => closed_tcpi(n, self.host.params()),
+                    InfoSource::Listen { queued, backlog } => {
+                        listen_tcpi(n, *queued, *backlog, self.host.params())
+                    }
+                }
             };
             let test = match &st.kind {
                 CodeStmtKind::Assert { test, .. } => test,
@@ -831,7 +863,7 @@ impl Runner {
             };
             let tcp_names = code_names(test).into_iter().any(|n| n.starts_with("tcpi_"));
             if tcp_names && info.is_none() {
-                return unsup("a tcp_info assertion with no connection");
+                return unsup("a tcp_info assertion with no socket");
             }
             let v = code_eval(test, &lookup)?;
             if v != 0 {
@@ -848,6 +880,40 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// Where a code block's `tcpi_*` names come from: the socket of the last system
+    /// call (see `last_fd`), as `getsockopt(TCP_INFO)` would read it; a closed fd falls
+    /// back to its connection while ember still has it.
+    fn info_source(&self) -> Option<InfoSource> {
+        let by_conn = |id: ConnId| match self.host.tcp_info(id) {
+            Some(i) => InfoSource::Conn(Box::new(i)),
+            None => InfoSource::Gone,
+        };
+        match self.last_fd.and_then(|fd| self.sock(fd)) {
+            Some(s) => Some(match s.kind {
+                SockKind::Conn(id) => by_conn(id),
+                SockKind::Fresh => InfoSource::Closed,
+                SockKind::Listener(lid) => {
+                    let somaxconn = i64::from(self.host.params().tcp_conn_req_max_q);
+                    // Linux's listen(): a backlog above net.core.somaxconn (compared
+                    // as unsigned, so a negative one too) is somaxconn.
+                    let backlog = if s.backlog as u64 > somaxconn as u64 {
+                        somaxconn
+                    } else {
+                        s.backlog
+                    };
+                    InfoSource::Listen {
+                        queued: self.host.tcp_listener_queued(lid).unwrap_or(0) as i64,
+                        backlog,
+                    }
+                }
+            }),
+            None => self
+                .last_conn
+                .and_then(|id| self.host.tcp_info(id))
+                .map(|i| InfoSource::Conn(Box::new(i))),
+        }
     }
 
     // ---------------------------------------------------------------------------------
@@ -1135,6 +1201,15 @@ impl Runner {
         self.socks.get(&fd)
     }
 
+    /// `fd` is the socket code blocks read next, if it is one.
+    fn note_last_fd(&mut self, fd: i64) {
+        let Some(s) = self.sock(fd) else { return };
+        if let SockKind::Conn(id) = s.kind {
+            self.last_conn = Some(id);
+        }
+        self.last_fd = Some(fd);
+    }
+
     fn new_fd(&self) -> i64 {
         let mut fd = 3;
         while self.socks.contains_key(&fd) || self.epolls.contains_key(&fd) {
@@ -1152,17 +1227,13 @@ impl Runner {
             ));
         }
         let attempt = self.attempt(line, sc)?;
-        // The connection this call touched (for code blocks): its fd, or the new fd.
-        for fd in [
-            arg_int(sc, 0).ok().flatten(),
-            self.socks.keys().max().copied(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if let Some(SockKind::Conn(id)) = self.sock(fd).map(|s| s.kind) {
-                self.last_conn = Some(id);
-                break;
+        // The socket this call used (for code blocks): its fd, or the fd it returned.
+        if let Some(fd) = arg_int(sc, 0).ok().flatten() {
+            self.note_last_fd(fd);
+        }
+        if let Attempt::Done(Ok(fd)) = attempt {
+            if matches!(sc.name.as_str(), "socket" | "accept" | "accept4") {
+                self.note_last_fd(fd);
             }
         }
         match attempt {
@@ -1221,6 +1292,9 @@ impl Runner {
             }
             Attempt::Done(got) => {
                 self.log(format!("{}() line {} returns", p.call.name, p.line));
+                if let (Ok(fd), "accept" | "accept4") = (got, p.call.name.as_str()) {
+                    self.note_last_fd(fd);
+                }
                 self.check_time(p.line, &p.call, p.end)?;
                 self.check_ret(p.line, &p.call, got)?;
                 Ok(true)
@@ -1283,6 +1357,7 @@ impl Runner {
                         rd_shut: false,
                         wr_shut: false,
                         more: false,
+                        backlog: 0,
                     },
                 );
                 Attempt::Done(Ok(fd))
@@ -1319,10 +1394,15 @@ impl Runner {
             }
             "listen" => {
                 let fd = self.fd_arg(sc)?;
-                let backlog = arg_int(sc, 1)?.unwrap_or(128).max(0) as u32;
-                let Some(s) = self.socks.get(&fd).cloned() else {
+                let backlog_arg = arg_int(sc, 1)?.unwrap_or(128);
+                let backlog = backlog_arg.max(0) as u32;
+                let Some(s) = self.socks.get_mut(&fd) else {
                     return Ok(Attempt::Done(Err("EBADF")));
                 };
+                if !matches!(s.kind, SockKind::Conn(_)) {
+                    s.backlog = backlog_arg;
+                }
+                let s = s.clone();
                 match s.kind {
                     SockKind::Listener(_) => Attempt::Done(Ok(0)),
                     SockKind::Conn(_) => Attempt::Done(Err("EINVAL")),
@@ -1418,7 +1498,14 @@ impl Runner {
                         )
                     }
                 };
-                let (dontwait, more) = msg_flags(sc, flags)?;
+                let MsgFlags {
+                    dontwait,
+                    more,
+                    peek,
+                } = msg_flags(sc, flags)?;
+                if peek {
+                    return unsup(format!("{name}() flag MSG_PEEK"));
+                }
                 if name == "sendto"
                     && sc
                         .args
@@ -1455,17 +1542,21 @@ impl Runner {
                         (len, if name == "read" { None } else { sc.args.get(3) })
                     }
                 };
-                let (dontwait, more) = msg_flags(sc, flags)?;
+                let MsgFlags {
+                    dontwait,
+                    more,
+                    peek,
+                } = msg_flags(sc, flags)?;
                 if more {
                     return unsup(format!("{name}() with MSG_MORE"));
                 }
                 if dontwait {
-                    return Ok(match self.read_once(fd, len) {
+                    return Ok(match self.read_once(fd, len, peek) {
                         Attempt::Block(_) => Attempt::Done(Err("EAGAIN")),
                         a => a,
                     });
                 }
-                self.attempt_blocked(Blocked::Read { fd, len })?
+                self.attempt_blocked(Blocked::Read { fd, len, peek })?
             }
             "ioctl" => self.ioctl(line, sc)?,
             "epoll_create" | "epoll_create1" => {
@@ -1595,6 +1686,14 @@ impl Runner {
             // Linux's TCP_MAXSEG bounds (TCP_MIN_MSS .. MAX_TCP_WINDOW).
             "TCP_MAXSEG" if !(88..=32_767).contains(&v) => return Ok(Attempt::Done(Err("EINVAL"))),
             "TCP_MAXSEG" => Some(SockOpt::MaxSeg(v as u32)),
+            // Linux's bounds (MAX_TCP_KEEPIDLE, MAX_TCP_KEEPINTVL, MAX_TCP_KEEPCNT).
+            "TCP_KEEPIDLE" | "TCP_KEEPINTVL" if !(1..=32_767).contains(&v) => {
+                return Ok(Attempt::Done(Err("EINVAL")))
+            }
+            "TCP_KEEPCNT" if !(1..=127).contains(&v) => return Ok(Attempt::Done(Err("EINVAL"))),
+            "TCP_KEEPIDLE" => Some(SockOpt::KeepIdle(v as u32)),
+            "TCP_KEEPINTVL" => Some(SockOpt::KeepIntvl(v as u32)),
+            "TCP_KEEPCNT" => Some(SockOpt::KeepCnt(v as u32)),
             // For TCP the ECN field is the stack's, not the application's (RFC 3168
             // §6.1.1: ECT is set by TCP); with no ECN in ember it stays 0.
             "IP_TOS" => Some(SockOpt::Tos((v & 0xfc) as u8)),
@@ -1690,6 +1789,42 @@ impl Runner {
                 _ => None,
             })
             .unwrap_or(0),
+            // The connection's value (set on it, or inherited from the tunables when it
+            // was made); before there is one, the value set, else the tunable now, as
+            // Linux reads the sysctl while the socket has none of its own.
+            "TCP_KEEPIDLE" | "TCP_KEEPINTVL" | "TCP_KEEPCNT" => {
+                let on_conn = conn.and_then(|id| {
+                    self.host
+                        .tcp_with(self.now, id, |t| t.keepalive_params())
+                        .ok()
+                });
+                let p = self.host.params();
+                let (idle, intvl, cnt) = match on_conn {
+                    Some((i, v, c)) => (i.as_secs() as i64, v.as_secs() as i64, i64::from(c)),
+                    None => (
+                        last(&|o| match o {
+                            SockOpt::KeepIdle(s) => Some(i64::from(*s)),
+                            _ => None,
+                        })
+                        .unwrap_or(i64::from(p.tcp_keepalive_interval / 1000)),
+                        last(&|o| match o {
+                            SockOpt::KeepIntvl(s) => Some(i64::from(*s)),
+                            _ => None,
+                        })
+                        .unwrap_or(i64::from(p.tcp_keepalive_intvl / 1000)),
+                        last(&|o| match o {
+                            SockOpt::KeepCnt(n) => Some(i64::from(*n)),
+                            _ => None,
+                        })
+                        .unwrap_or(i64::from(p.tcp_keepalive_probes)),
+                    ),
+                };
+                match opt {
+                    "TCP_KEEPIDLE" => idle,
+                    "TCP_KEEPINTVL" => intvl,
+                    _ => cnt,
+                }
+            }
             // socket(7): the kernel doubles the value set (bookkeeping overhead) and
             // getsockopt returns the doubled value. Within 2304..=212992 neither the
             // minimum nor net.core.[rw]mem_max clamps it; outside, and when never set
@@ -1876,6 +2011,7 @@ impl Runner {
                                 rd_shut: false,
                                 wr_shut: false,
                                 more: false,
+                                backlog: 0,
                             },
                         );
                         self.apply_opts(id, &s.opts);
@@ -1911,8 +2047,8 @@ impl Runner {
                     Some(_) => Attempt::Done(Ok(0)),
                 }
             }
-            Blocked::Read { fd, len } => {
-                let a = self.read_once(fd, len);
+            Blocked::Read { fd, len, peek } => {
+                let a = self.read_once(fd, len, peek);
                 match a {
                     Attempt::Block(_) if self.sock(fd).is_some_and(|s| s.nonblock) => {
                         Attempt::Done(Err("EAGAIN"))
@@ -1928,7 +2064,8 @@ impl Runner {
         })
     }
 
-    fn read_once(&mut self, fd: i64, len: usize) -> Attempt {
+    /// One read (`peek`: MSG_PEEK, the data stays in the receive queue).
+    fn read_once(&mut self, fd: i64, len: usize, peek: bool) -> Attempt {
         let Some(s) = self.sock(fd).cloned() else {
             return Attempt::Done(Err("EBADF"));
         };
@@ -1936,13 +2073,20 @@ impl Runner {
             return Attempt::Done(Err("ENOTCONN"));
         };
         let mut buf = vec![0u8; len];
-        match self.host.tcp_recv(self.now, id, &mut buf) {
+        let r = if peek {
+            self.host
+                .tcp_with(self.now, id, |t| t.peek(&mut buf))
+                .and_then(|r| r.map_err(std::io::Error::from))
+        } else {
+            self.host.tcp_recv(self.now, id, &mut buf)
+        };
+        match r {
             Ok(n) => Attempt::Done(Ok(n as i64)),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && s.rd_shut => {
                 Attempt::Done(Ok(0))
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                Attempt::Block(Blocked::Read { fd, len })
+                Attempt::Block(Blocked::Read { fd, len, peek })
             }
             Err(e) => Attempt::Done(Err(errno_of(&e))),
         }
@@ -2003,6 +2147,9 @@ fn apply_opt(t: &mut Tcb, now: Instant, o: SockOpt) {
         }
         SockOpt::NotsentLowat(_) => {}
         SockOpt::Tos(tos) => t.set_tos(tos),
+        SockOpt::KeepIdle(s) => t.set_keepalive_idle(now, Duration::from_secs(u64::from(s))),
+        SockOpt::KeepIntvl(s) => t.set_keepalive_intvl(Duration::from_secs(u64::from(s))),
+        SockOpt::KeepCnt(n) => t.set_keepalive_probes(n),
     }
 }
 
@@ -2258,6 +2405,105 @@ fn tcpi(name: &str, i: &TcbInfo, now: Instant) -> Option<i64> {
     })
 }
 
+/// What a code block's `tcpi_*` names read.
+enum InfoSource {
+    /// A connection's `tcp_info`.
+    Conn(Box<TcbInfo>),
+    /// The socket's connection is gone (reset or timed out, and reaped): Linux's socket
+    /// is in TCP_CLOSE; ember kept no other figure of it.
+    Gone,
+    /// A socket with no connection yet (Linux's TCP_CLOSE).
+    Closed,
+    /// A listener: its accept queue and backlog.
+    Listen { queued: i64, backlog: i64 },
+}
+
+/// Linux's `TCP_CLOSE` (include/net/tcp_states.h).
+const TCP_CLOSE: i64 = 7;
+
+/// `tcp_info` of a socket with no connection yet, as Linux's `tcp_get_info` reports a
+/// socket fresh from `tcp_init_sock`: TCP_CLOSE, the initial RTO (and RTTVAR a
+/// quarter of it), the default MSS, the initial window, no ssthresh, the reordering
+/// degree, no minimum RTT (~0U); every other field ember reports is 0. The
+/// `tcpi_last_*` times count from boot on Linux: not answered.
+fn closed_tcpi(name: &str, p: &ember_core::params::Params) -> Option<i64> {
+    let rto_us = i64::from(p.tcp_rexmit_interval_initial) * 1000;
+    Some(match name {
+        "tcpi_state" => TCP_CLOSE,
+        "tcpi_rto" => rto_us,
+        "tcpi_rttvar" => rto_us / 4,
+        "tcpi_snd_mss" => i64::from(p.tcp_mss_def_ipv4),
+        "tcpi_snd_cwnd" => i64::from(p.tcp_init_cwnd),
+        "tcpi_snd_ssthresh" => 0x7fff_ffff,
+        "tcpi_reordering" => i64::from(p.tcp_dupack_fast_retransmit),
+        "tcpi_min_rtt" => i64::from(u32::MAX),
+        n if n.starts_with("tcpi_last_") => return None,
+        n => return zero_tcpi(n),
+    })
+}
+
+/// `tcp_info` of a listener, as Linux's `tcp_get_info` reports one: TCP_LISTEN,
+/// `tcpi_unacked` the connections waiting for accept(), `tcpi_sacked` the backlog, the
+/// initial window and the reordering degree; every other field ember reports is 0.
+fn listen_tcpi(
+    name: &str,
+    queued: i64,
+    backlog: i64,
+    p: &ember_core::params::Params,
+) -> Option<i64> {
+    Some(match name {
+        "tcpi_state" => 10,
+        "tcpi_unacked" => queued,
+        "tcpi_sacked" => backlog,
+        "tcpi_snd_cwnd" => i64::from(p.tcp_init_cwnd),
+        "tcpi_reordering" => i64::from(p.tcp_dupack_fast_retransmit),
+        n => return zero_tcpi(n),
+    })
+}
+
+/// 0 for a field [`tcpi`] knows (so a socket without a connection answers the same
+/// names a connection does), `None` for the others.
+fn zero_tcpi(name: &str) -> Option<i64> {
+    TCPI_FIELDS.contains(&name).then_some(0)
+}
+
+/// The fields [`tcpi`] answers (a test keeps the two in step).
+const TCPI_FIELDS: &[&str] = &[
+    "tcpi_snd_cwnd",
+    "tcpi_snd_ssthresh",
+    "tcpi_snd_mss",
+    "tcpi_rcv_mss",
+    "tcpi_advmss",
+    "tcpi_pmtu",
+    "tcpi_unacked",
+    "tcpi_sacked",
+    "tcpi_backoff",
+    "tcpi_probes",
+    "tcpi_rto",
+    "tcpi_rtt",
+    "tcpi_rttvar",
+    "tcpi_min_rtt",
+    "tcpi_snd_wscale",
+    "tcpi_rcv_wscale",
+    "tcpi_ca_state",
+    "tcpi_state",
+    "tcpi_options",
+    "tcpi_last_data_recv",
+    "tcpi_last_data_sent",
+    "tcpi_bytes_received",
+    "tcpi_segs_in",
+    "tcpi_segs_out",
+    "tcpi_total_retrans",
+    "tcpi_lost",
+    "tcpi_retrans",
+    "tcpi_reordering",
+    "tcpi_delivered",
+    "tcpi_busy_time",
+    "tcpi_rwnd_limited",
+    "tcpi_sndbuf_limited",
+    "tcpi_delivered_ce",
+];
+
 const TCPI_OPT_TIMESTAMPS: i64 = 1;
 const TCPI_OPT_SACK: i64 = 2;
 const TCPI_OPT_WSCALE: i64 = 4;
@@ -2283,7 +2529,9 @@ fn linux_tcp_state(s: State) -> i64 {
 }
 
 /// Names a code block may use without defining them: Linux's `tcpi_ca_state`,
-/// `tcpi_options` and `tcpi_state` values.
+/// `tcpi_options` and `tcpi_state` values (the names packetdrill's code.c defines, with
+/// TCPI_OPT_SACK and TCPI_OPT_ECN_SEEN besides; the states are include/net/tcp_states.h's,
+/// TCP_ESTABLISHED = 1 to TCP_BOUND_INACTIVE = 13).
 fn code_constant(n: &str) -> Option<i64> {
     Some(match n {
         "TCP_CA_Open" => 0,
@@ -2308,6 +2556,8 @@ fn code_constant(n: &str) -> Option<i64> {
         "TCP_LAST_ACK" => 9,
         "TCP_LISTEN" => 10,
         "TCP_CLOSING" => 11,
+        "TCP_NEW_SYN_RECV" => 12,
+        "TCP_BOUND_INACTIVE" => 13,
         _ => return None,
     })
 }
@@ -2396,7 +2646,9 @@ pub(crate) fn check_ret(line: u32, sc: &Syscall, got: Result<i64, &'static str>)
     let ok = match (want, got) {
         (None, _) => true,
         (Some(w), Ok(v)) => w == v && sc.errno.is_none(),
-        (Some(w), Err(e)) => w == -1 && sc.errno.as_deref() == Some(e),
+        (Some(w), Err(e)) => {
+            w == -1 && sc.errno.as_deref().map(errno_canonical) == Some(errno_canonical(e))
+        }
     };
     if ok {
         Ok(())
@@ -2434,23 +2686,32 @@ fn poll_text(m: i64) -> String {
     }
 }
 
-/// Send/receive flags: `(MSG_DONTWAIT, MSG_MORE)`; 0 or `...` is neither, anything
-/// else is unsupported.
-fn msg_flags(sc: &Syscall, a: Option<&Expr>) -> R<(bool, bool)> {
+/// The send/receive flags the runner honours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct MsgFlags {
+    dontwait: bool,
+    more: bool,
+    peek: bool,
+}
+
+/// Send/receive flags: MSG_DONTWAIT, MSG_MORE, MSG_PEEK (and MSG_NOSIGNAL, which
+/// changes nothing); 0 or `...` is none, anything else is unsupported.
+fn msg_flags(sc: &Syscall, a: Option<&Expr>) -> R<MsgFlags> {
+    let mut out = MsgFlags::default();
     let Some(a) = a else {
-        return Ok((false, false));
+        return Ok(out);
     };
     if a.as_int() == Some(0) || matches!(a.kind, ExprKind::Ellipsis) {
-        return Ok((false, false));
+        return Ok(out);
     }
     let words = a
         .or_words()
         .ok_or_else(|| Stop::Unsupported(format!("{}() flags {:?}", sc.name, a.kind)))?;
-    let mut out = (false, false);
     for w in words {
         match w {
-            "MSG_DONTWAIT" => out.0 = true,
-            "MSG_MORE" => out.1 = true,
+            "MSG_DONTWAIT" => out.dontwait = true,
+            "MSG_MORE" => out.more = true,
+            "MSG_PEEK" => out.peek = true,
             // ember raises no signals: MSG_NOSIGNAL changes nothing.
             "MSG_NOSIGNAL" => {}
             other => return unsup(format!("{}() flag {other}", sc.name)),
@@ -2611,11 +2872,25 @@ fn errno_of(e: &std::io::Error) -> &'static str {
     }
 }
 
-pub(crate) fn errno_number(name: &str) -> i64 {
+/// The name Linux's errno has when it has two: EWOULDBLOCK is EAGAIN (11),
+/// EDEADLOCK is EDEADLK (35), ENOTSUP is EOPNOTSUPP (95) (asm-generic/errno*.h);
+/// scripts write either.
+pub(crate) fn errno_canonical(name: &str) -> &str {
     match name {
+        "EWOULDBLOCK" => "EAGAIN",
+        "EDEADLOCK" => "EDEADLK",
+        "ENOTSUP" => "EOPNOTSUPP",
+        other => other,
+    }
+}
+
+pub(crate) fn errno_number(name: &str) -> i64 {
+    match errno_canonical(name) {
         "EIO" => 5,
         "EBADF" => 9,
         "EAGAIN" => 11,
+        "EDEADLK" => 35,
+        "EOPNOTSUPP" => 95,
         "EINVAL" => 22,
         "EPIPE" => 32,
         "EFAULT" => 14,
@@ -2766,5 +3041,103 @@ pub(crate) fn summarize_in(ip: &[u8], flow: &Flow) -> String {
             "non-TCP datagram (protocol {})",
             ip.get(9).copied().unwrap_or(0)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ember_core::tcp::tcb::ConnSpec;
+    use ember_core::tcp::{SeqNum, TcpSettings};
+
+    fn syscall(line: &str) -> Syscall {
+        let s = crate::script::parse(line).expect("parses");
+        match &s.events[0].action {
+            Action::Syscall(sc) => sc.clone(),
+            a => panic!("{a:?}"),
+        }
+    }
+
+    /// EWOULDBLOCK, EDEADLOCK and ENOTSUP are other names of EAGAIN, EDEADLK and
+    /// EOPNOTSUPP: a script writing either matches.
+    #[test]
+    fn errno_aliases_match() {
+        for (alias, name, n) in [
+            ("EWOULDBLOCK", "EAGAIN", 11),
+            ("EDEADLOCK", "EDEADLK", 35),
+            ("ENOTSUP", "EOPNOTSUPP", 95),
+        ] {
+            assert_eq!(errno_canonical(alias), name);
+            assert_eq!((errno_number(alias), errno_number(name)), (n, n));
+        }
+        let sc = syscall("0 read(3, ..., 1) = -1 EWOULDBLOCK (Resource temporarily unavailable)\n");
+        assert!(check_ret(1, &sc, Err("EAGAIN")).is_ok());
+        assert!(check_ret(1, &sc, Err("EINVAL")).is_err());
+        assert!(check_ret(1, &sc, Ok(0)).is_err());
+        let sc = syscall("0 read(3, ..., 1) = -1 EAGAIN (Resource temporarily unavailable)\n");
+        assert!(check_ret(1, &sc, Err("EAGAIN")).is_ok());
+    }
+
+    /// MSG_PEEK is a receive flag the runner honours, alone or with others.
+    #[test]
+    fn msg_peek_flag() {
+        let sc = syscall("0 recv(4, ..., 10, MSG_PEEK|MSG_DONTWAIT) = 1\n");
+        let f = msg_flags(&sc, sc.args.get(3)).expect("supported");
+        assert_eq!(
+            f,
+            MsgFlags {
+                dontwait: true,
+                more: false,
+                peek: true
+            }
+        );
+        let sc = syscall("0 recv(4, ..., 10, MSG_PEEK) = 1\n");
+        assert!(msg_flags(&sc, sc.args.get(3)).expect("supported").peek);
+        let sc = syscall("0 recv(4, ..., 10, MSG_TRUNC) = 1\n");
+        assert!(msg_flags(&sc, sc.args.get(3)).is_err());
+    }
+
+    /// `TCPI_FIELDS` lists what `tcpi` answers for a connection; a socket with no
+    /// connection and a listener answer the same names (but the `tcpi_last_*` times of
+    /// a socket Linux counts from boot).
+    #[test]
+    fn tcpi_fields_in_step() {
+        let a = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 40_000);
+        let b = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 80);
+        let spec = |local, remote, iss| ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(iss),
+            ts_offset: 0,
+            mtu: 1500,
+        };
+        let t0 = Instant::from_secs(1);
+        let mut c = Tcb::connect(t0, spec(a, b, 1000), TcpSettings::default());
+        let syn = c.poll_transmit(t0).expect("SYN").repr;
+        let mut s = Tcb::accept(t0, spec(b, a, 5000), TcpSettings::default(), &syn);
+        let synack = s.poll_transmit(t0).expect("SYN,ACK").repr;
+        let t1 = t0 + Duration::from_millis(10);
+        c.on_segment(t1, &synack, &[]);
+        let info = c.info();
+        for n in TCPI_FIELDS {
+            assert!(tcpi(n, &info, t1).is_some(), "{n}");
+        }
+        for n in ["tcpi_reord_seen", "tcpi_snd_wnd", "tcpi_nonsense"] {
+            assert_eq!(tcpi(n, &info, t1), None, "{n}");
+        }
+        let p = linux_profile();
+        for n in TCPI_FIELDS {
+            assert!(listen_tcpi(n, 1, 5, &p).is_some(), "{n}");
+            assert_eq!(
+                closed_tcpi(n, &p).is_some(),
+                !n.starts_with("tcpi_last_"),
+                "{n}"
+            );
+        }
+        assert_eq!(closed_tcpi("tcpi_state", &p), Some(7));
+        assert_eq!(listen_tcpi("tcpi_state", 1, 5, &p), Some(10));
+        assert_eq!(listen_tcpi("tcpi_unacked", 1, 5, &p), Some(1));
+        assert_eq!(listen_tcpi("tcpi_sacked", 1, 5, &p), Some(5));
+        assert_eq!(closed_tcpi("tcpi_reord_seen", &p), None);
     }
 }

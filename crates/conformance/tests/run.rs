@@ -144,8 +144,12 @@ fn active_open_and_retransmitted_syn() {
 
 #[test]
 fn code_blocks_and_unknown_calls_are_unsupported() {
-    let o = run("0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0 %{ assert tcpi_rto == 1 }%\n");
+    // With no socket at all, a tcp_info assertion has nothing to read.
+    let o = run("0 %{ assert tcpi_rto == 1 }%\n");
     assert!(matches!(o.result, RunResult::Unsupported(_)), "{o:?}");
+    // A socket with no connection answers as Linux's does (see `tcp_info_without_a_connection`).
+    let o = run("0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0 %{ assert tcpi_rto == 1 }%\n");
+    assert_eq!(fail_of(&o).2, "tcpi_rto = 1000000", "{o:?}");
     let o = run("0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0 pipe([4, 5]) = 0\n");
     assert!(matches!(o.result, RunResult::Unsupported(_)), "{o:?}");
 }
@@ -618,4 +622,80 @@ fn sndbuf_limited_while_the_writer_waits_with_everything_sent() {
         &ok.replace("49000 <= tcpi_sndbuf", "51000 <= tcpi_sndbuf")
     ));
     assert!(got.contains("tcpi_sndbuf_limited = 50000"), "{got}");
+}
+
+// Scripts of `tests/scripts/` (issue 19: behaviours that differ from Linux): each passes
+// on the ember backend here and on the Linux backend in `tests/linux.rs`.
+
+fn script_passes(text: &str) {
+    let o = run(text);
+    assert_eq!(o.result, RunResult::Pass, "{}", o.detail);
+}
+
+/// `= -1 EWOULDBLOCK` matches EAGAIN (one errno, 11, on Linux).
+#[test]
+fn ewouldblock_is_eagain() {
+    script_passes(include_str!("scripts/ewouldblock-is-eagain.pkt"));
+    // A different errno still fails.
+    let text = format!(
+        "{PASSIVE_OPEN}+0 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0
++0 read(4, ..., 1000) = -1 EINVAL (Invalid argument)
+"
+    );
+    assert!(
+        matches!(run(&text).result, RunResult::Fail { line: 11, .. }),
+        "EINVAL is not EAGAIN"
+    );
+}
+
+/// recv(MSG_PEEK): data stays to be read; a blocking peek waits for data.
+#[test]
+fn recv_msg_peek() {
+    script_passes(include_str!("scripts/recv-msg-peek.pkt"));
+}
+
+/// `%{ }%` on a socket with no connection (TCP_CLOSE) and on a listener (TCP_LISTEN).
+#[test]
+fn tcp_info_without_a_connection() {
+    script_passes(include_str!("scripts/tcp-info-no-connection.pkt"));
+}
+
+/// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT set and read one by one.
+#[test]
+fn keepalive_options() {
+    script_passes(include_str!("scripts/keepalive-options.pkt"));
+}
+
+/// tcp_window_scaling=0 and tcp_timestamps=0: the options are neither accepted nor
+/// offered.
+#[test]
+fn window_scaling_and_timestamps_off() {
+    script_passes(include_str!("scripts/window-scaling-off.pkt"));
+    script_passes(include_str!("scripts/timestamps-off.pkt"));
+    script_passes(include_str!("scripts/options-off-client.pkt"));
+}
+
+/// The `tcpi_state` names are include/net/tcp_states.h's numbers.
+#[test]
+fn tcp_state_names() {
+    let names = [
+        ("TCP_ESTABLISHED", 1),
+        ("TCP_SYN_SENT", 2),
+        ("TCP_SYN_RECV", 3),
+        ("TCP_FIN_WAIT1", 4),
+        ("TCP_FIN_WAIT2", 5),
+        ("TCP_TIME_WAIT", 6),
+        ("TCP_CLOSE", 7),
+        ("TCP_CLOSE_WAIT", 8),
+        ("TCP_LAST_ACK", 9),
+        ("TCP_LISTEN", 10),
+        ("TCP_CLOSING", 11),
+        ("TCP_NEW_SYN_RECV", 12),
+        ("TCP_BOUND_INACTIVE", 13),
+    ];
+    let mut text = format!("{PASSIVE_OPEN}+0 %{{ assert tcpi_state == TCP_ESTABLISHED }}%\n");
+    for (n, v) in names {
+        text += &format!("+0 %{{ assert {n} == {v}, {n} }}%\n");
+    }
+    script_passes(&text);
 }

@@ -229,8 +229,8 @@ tunables! {
     tcp_congestion_control: CcAlgorithm = CcAlgorithm::Cubic, 0, 0, "", "congestion control for new connections";
     tcp_slow_start_after_idle: bool = true, 0, 1, "", "restart from the initial window after an idle period longer than the RTO (RFC 5681 section 4.1)";
     tcp_sack_permitted: u32 = 2, 0, 2, "", "SACK (RFC 2018): 0 never, 1 when the peer offers it, 2 offer it on active opens too";
-    tcp_wscale_always: bool = true, 0, 1, "", "offer window scaling (RFC 7323) on active opens";
-    tcp_tstamp_always: bool = true, 0, 1, "", "offer timestamps (RFC 7323) on active opens";
+    tcp_wscale_always: u32 = 2, 0, 2, "", "window scaling (RFC 7323): 0 never (neither offered nor accepted), 1 when the peer's SYN offers it, 2 offer it on active opens too (the words true/false of the old switch mean 2/1)";
+    tcp_tstamp_always: u32 = 2, 0, 2, "", "timestamps (RFC 7323): 0 never (neither offered nor accepted), 1 when the peer's SYN offers it, 2 offer them on active opens too (the words true/false of the old switch mean 2/1)";
     tcp_dupack_fast_retransmit: u32 = 3, 1, 10_000, "ACKs", "duplicate ACKs that trigger fast retransmit (DupThresh)";
     tcp_recovery: bool = true, 0, 1, "", "RACK loss detection (RFC 8985 section 6) when SACK is negotiated: time-based loss marking with a reordering window adapted by D-SACK, instead of the DupThresh rules";
     tcp_tlp: bool = true, 0, 1, "", "tail loss probes (RFC 8985 section 7) when SACK is negotiated: a probe after 2 SRTT without ACKs instead of waiting for the RTO";
@@ -327,7 +327,8 @@ impl Params {
     ) -> Result<(), ParamError> {
         let mut next = self.clone();
         for (name, value) in pairs {
-            next.set_field(name.as_ref(), value.as_ref())?;
+            let (name, value) = (name.as_ref(), value.as_ref());
+            next.set_field(name, legacy_value(name, value).unwrap_or(value))?;
         }
         next.check_relations()?;
         *self = next;
@@ -337,6 +338,21 @@ impl Params {
     /// A duration tunable (stored in milliseconds) as a [`Duration`].
     pub fn ms(value: u32) -> Duration {
         Duration::from_millis(u64::from(value))
+    }
+}
+
+/// The value a former boolean switch's word stands for: `tcp_wscale_always` and
+/// `tcp_tstamp_always` were on/off ("offer on active opens" or not, always accepting
+/// a peer's offer) before they took 0/1/2, so `true`/`on`/`yes` are 2 and
+/// `false`/`off`/`no` are 1 (accept only). Numbers are the new values as written.
+fn legacy_value(name: &str, value: &str) -> Option<&'static str> {
+    if !matches!(name, "tcp_wscale_always" | "tcp_tstamp_always") {
+        return None;
+    }
+    match value.trim() {
+        "true" | "on" | "yes" => Some("2"),
+        "false" | "off" | "no" => Some("1"),
+        _ => None,
     }
 }
 
@@ -444,6 +460,40 @@ mod tests {
         assert!(p.ip_gro);
         assert_eq!(p.squeue_drain_ms, 20);
         assert!(p.check_relations().is_ok());
+    }
+
+    /// `tcp_wscale_always`/`tcp_tstamp_always` take 0/1/2 like `tcp_sack_permitted`
+    /// (default 2); the words of the former on/off switch keep their meaning (on: offer,
+    /// 2; off: accept only, 1).
+    #[test]
+    fn window_scale_and_timestamp_levels() {
+        let d = Params::default();
+        assert_eq!((d.tcp_wscale_always, d.tcp_tstamp_always), (2, 2));
+        for name in ["tcp_wscale_always", "tcp_tstamp_always"] {
+            let mut p = Params::default();
+            for (v, want) in [
+                ("0", "0"),
+                ("1", "1"),
+                ("2", "2"),
+                ("true", "2"),
+                ("on", "2"),
+                ("yes", "2"),
+                ("false", "1"),
+                ("off", "1"),
+                ("no", "1"),
+            ] {
+                p.set(name, v).unwrap_or_else(|e| panic!("{name}={v}: {e}"));
+                assert_eq!(p.get(name).as_deref(), Some(want), "{name}={v}");
+            }
+            p.set(name, "0").unwrap();
+            let e = p.set(name, "3").unwrap_err();
+            assert!(e.to_string().contains("0..=2"), "{e}");
+            assert!(p.set(name, "maybe").is_err());
+            assert_eq!(p.get(name).as_deref(), Some("0"), "unchanged on error");
+        }
+        // Only these two take the old words as levels.
+        let mut p = Params::default();
+        assert!(p.set("tcp_sack_permitted", "true").is_err());
     }
 
     #[test]

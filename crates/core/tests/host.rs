@@ -1992,6 +1992,110 @@ fn syn_cookie_connection_keeps_options_and_carries_data() {
     assert!(got_a == b_data, "B to A byte-exact");
 }
 
+/// Whether a segment carries the option `tunable` governs (window scale or timestamps).
+fn has_option(t: &TcpRepr, tunable: &str) -> bool {
+    if tunable == "tcp_wscale_always" {
+        t.options.window_scale.is_some()
+    } else {
+        t.options.timestamps.is_some()
+    }
+}
+
+/// RFC 7323 §2.2, §3.2 (an option is in use only if both SYNs carry it): with
+/// `tcp_wscale_always` or `tcp_tstamp_always` 0 a stack neither offers nor accepts the
+/// option. B has it off; A (defaults) offers it. A's SYN gets a SYN,ACK without it, also
+/// when that SYN,ACK is a cookie (`tcp_syncookies=2`); the connection runs without it and
+/// carries data both ways; B's own active open does not offer it, and A's answer then
+/// does not carry it either.
+#[test]
+fn window_scaling_and_timestamps_off_are_neither_offered_nor_accepted() {
+    for tunable in ["tcp_wscale_always", "tcp_tstamp_always"] {
+        for cookies in ["1", "2"] {
+            let what = format!("{tunable}=0 tcp_syncookies={cookies}");
+            let mut n = Net::new(&[], &[(tunable, "0"), ("tcp_syncookies", cookies)]);
+            let (c, _lid, s) = n.connect(8080);
+            let from_a = tcps(&n.sent_by('a'));
+            let from_b = tcps(&n.sent_by('b'));
+            let syn = &from_a[0].1;
+            assert_eq!(syn.flags, TcpFlags::SYN, "{what}");
+            assert!(has_option(syn, tunable), "{what}: A offers it: {syn:?}");
+            let synack = &from_b[0].1;
+            assert_eq!(synack.flags, TcpFlags::SYN | TcpFlags::ACK, "{what}");
+            assert!(
+                !has_option(synack, tunable),
+                "{what}: B's SYN,ACK must not carry it: {synack:?}"
+            );
+            let expect_cookie = u64::from(cookies == "2");
+            assert_eq!(n.b.stats().tcp.syncookies_recv, expect_cookie, "{what}");
+            for (side, i) in [
+                ("A", n.a.tcb(c).unwrap().info()),
+                ("B", n.b.tcb(s).unwrap().info()),
+            ] {
+                assert_eq!(i.state, State::Established, "{what} {side}");
+                if tunable == "tcp_wscale_always" {
+                    assert!(!i.window_scaling, "{what} {side}: {i:?}");
+                    assert_eq!((i.snd_wscale, i.rcv_wscale), (0, 0), "{what} {side}");
+                } else {
+                    assert!(!i.timestamps, "{what} {side}: {i:?}");
+                }
+            }
+            // Data both ways; no later segment carries the option.
+            let a_data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+            let b_data: Vec<u8> = (0..100_000u32).map(|i| (i * 13 % 241) as u8).collect();
+            let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+            let (mut sent_a, mut sent_b) = (0, 0);
+            for _ in 0..10_000 {
+                if sent_a < a_data.len() {
+                    sent_a += n.a.tcp_send(n.now, c, &a_data[sent_a..]).unwrap_or(0);
+                }
+                if sent_b < b_data.len() {
+                    sent_b += n.b.tcp_send(n.now, s, &b_data[sent_b..]).unwrap_or(0);
+                }
+                n.run(ms(1));
+                got_b.extend(recv_all(&mut n.b, n.now, s));
+                got_a.extend(recv_all(&mut n.a, n.now, c));
+                if got_a.len() == b_data.len() && got_b.len() == a_data.len() {
+                    break;
+                }
+            }
+            assert!(got_b == a_data, "{what}: A to B byte-exact");
+            assert!(got_a == b_data, "{what}: B to A byte-exact");
+            let all = tcps(&n.sent_by('a'))
+                .into_iter()
+                .chain(tcps(&n.sent_by('b')))
+                .filter(|(_, t, _)| !t.flags.syn());
+            for (_, t, _) in all {
+                assert!(!has_option(&t, tunable), "{what}: {t:?}");
+            }
+
+            // B opens actively: its SYN has no such option, so A's SYN,ACK has none.
+            let before_a = n.sent_by('a').len();
+            let before_b = n.sent_by('b').len();
+            let lid = n.a.tcp_listen(sa(IP_A, 9090), 16).unwrap();
+            let c2 = n.b.tcp_connect(n.now, sa(IP_A, 9090), None).unwrap();
+            n.run(ms(10));
+            let (s2, _) = n.a.tcp_accept(lid).expect("accept");
+            let syn = tcps(&n.sent_by('b')[before_b..])
+                .into_iter()
+                .find(|(_, t, _)| t.flags == TcpFlags::SYN)
+                .expect("B's SYN");
+            assert!(!has_option(&syn.1, tunable), "{what}: B's SYN: {:?}", syn.1);
+            let synack = tcps(&n.sent_by('a')[before_a..])
+                .into_iter()
+                .find(|(_, t, _)| t.flags == TcpFlags::SYN | TcpFlags::ACK)
+                .expect("A's SYN,ACK");
+            assert!(!has_option(&synack.1, tunable), "{what}: {:?}", synack.1);
+            let (i, j) = (n.b.tcb(c2).unwrap().info(), n.a.tcb(s2).unwrap().info());
+            assert_eq!((i.state, j.state), (State::Established, State::Established));
+            assert!(
+                !i.window_scaling || tunable != "tcp_wscale_always",
+                "{what}"
+            );
+            assert!(!i.timestamps || tunable != "tcp_tstamp_always", "{what}");
+        }
+    }
+}
+
 /// RFC 9293 §3.10.7.2: in LISTEN, any ACK is bad: <SEQ=SEG.ACK><CTL=RST>.
 #[test]
 fn ack_to_listener_draws_rst() {

@@ -199,8 +199,8 @@ fn syn_carries_options_in_linux_order() {
 #[test]
 fn syn_without_optional_options_when_disabled() {
     let mut o = One::client(settings(|s| {
-        s.wscale = false;
-        s.tstamp = false;
+        s.wscale = 1;
+        s.tstamp = 1;
         s.sack = 1;
     }));
     let syn = o.pop();
@@ -1530,6 +1530,57 @@ fn keepalive_answer_resets() {
     assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
 }
 
+/// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT one at a time, as Linux: unset they are the
+/// tunables' (`tcp_keepalive_interval` 7200 s, `tcp_keepalive_intvl` 75 s,
+/// `tcp_keepalive_probes` 9); a new idle time on a connection with keepalive on re-arms
+/// the timer from the last segment received, firing at once if that is past; the
+/// interval and count apply from the next probe on.
+#[test]
+fn keepalive_options_one_at_a_time() {
+    let (mut o, _p) = est_plain();
+    assert_eq!(o.tcb.keepalive_params(), (secs(7200), secs(75), 9));
+    assert!(!o.tcb.keepalive());
+    o.tcb.set_keepalive(o.now, true);
+    assert!(o.tcb.keepalive());
+    let start = o.now;
+    o.advance(secs(100));
+    assert!(o.sent.is_empty());
+    // 60 s idle, but 100 s have passed since the last segment: a probe now.
+    o.tcb.set_keepalive_idle(o.now, secs(60));
+    o.tcb.set_keepalive_intvl(secs(5));
+    o.tcb.set_keepalive_probes(2);
+    assert_eq!(o.tcb.keepalive_params(), (secs(60), secs(5), 2));
+    assert_eq!(o.tcb.poll_timeout(), Some(o.now), "re-armed for now");
+    let mut times = Vec::new();
+    while !o.tcb.is_closed() {
+        o.next_timer().expect("keepalive timer");
+        for s in o.take_all() {
+            if !s.flags().rst() {
+                times.push(o.now.saturating_duration_since(start));
+            }
+        }
+        assert!(times.len() <= 2);
+    }
+    assert_eq!(times, vec![secs(100), secs(105)]);
+    assert_eq!(o.now.saturating_duration_since(start), secs(110));
+    assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
+
+    // A longer idle time re-arms from the last segment received, not from now.
+    let (mut o, p2) = est_plain();
+    o.tcb.set_keepalive(o.now, true);
+    let start = o.now;
+    o.advance(secs(30));
+    o.input(&p2.ack_seg(), &[]);
+    o.advance(secs(20));
+    o.tcb.set_keepalive_idle(o.now, secs(300));
+    assert_eq!(o.tcb.poll_timeout(), Some(start + secs(330)));
+    // Without keepalive the idle time is only remembered.
+    let (mut o, _p) = est_plain();
+    o.tcb.set_keepalive_idle(o.now, secs(1));
+    assert_eq!(o.tcb.poll_timeout(), None);
+    assert_eq!(o.tcb.keepalive_params().0, secs(1));
+}
+
 /// Retransmits `o`'s unacknowledged data until the connection dies; returns the times
 /// (since the data was first sent) of each retransmission and of the death.
 fn run_until_dead(o: &mut One) -> (Vec<Duration>, Duration) {
@@ -1763,8 +1814,8 @@ fn errors_map_to_io_error_kinds() {
 #[test]
 fn unoffered_options_in_synack_are_ignored() {
     let mut o = One::client(settings(|s| {
-        s.wscale = false;
-        s.tstamp = false;
+        s.wscale = 1;
+        s.tstamp = 1;
         s.sack = 1;
     }));
     o.pop();

@@ -242,3 +242,87 @@ fn fused_writer_resumes_when_the_reader_grows_its_buffer() {
     assert!(c.is_fused().unwrap() && s.is_fused().unwrap());
     st.shutdown();
 }
+
+/// TCP_KEEPIDLE, TCP_KEEPINTVL and TCP_KEEPCNT, each on its own, with Linux's ranges
+/// (calibrated on the kernel's own socket on 127.0.0.1: the same values are refused with
+/// EINVAL), and, until set, the stack's tunables (`tcp_keepalive_interval`,
+/// `tcp_keepalive_intvl`, `tcp_keepalive_probes`).
+#[test]
+fn keepalive_options_one_by_one_with_linux_ranges() {
+    use std::os::fd::AsRawFd;
+    let kl = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let k = std::net::TcpStream::connect(kl.local_addr().unwrap()).unwrap();
+    let kset = |opt: i32, v: i32| -> Result<(), ErrorKind> {
+        // SAFETY: `v` is an int alive across the call; the fd is the open socket `k`.
+        let r = unsafe {
+            libc::setsockopt(
+                k.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                opt,
+                std::ptr::addr_of!(v).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().kind())
+        }
+    };
+    for fusion in [true, false] {
+        let st = Stack::builder()
+            .squeues(1)
+            .param("do_tcp_fusion", if fusion { "1" } else { "0" })
+            .unwrap()
+            .param("tcp_keepalive_interval", "600000")
+            .unwrap()
+            .param("tcp_keepalive_intvl", "30000")
+            .unwrap()
+            .param("tcp_keepalive_probes", "4")
+            .unwrap()
+            .build()
+            .unwrap();
+        let (c, s) = pair(&st, 7108);
+        for x in [&c, &s] {
+            assert_eq!(x.keepalive_idle().unwrap(), Duration::from_secs(600));
+            assert_eq!(x.keepalive_interval().unwrap(), Duration::from_secs(30));
+            assert_eq!(x.keepalive_count().unwrap(), 4);
+            assert!(!x.keepalive().unwrap());
+        }
+        for v in [0, 1, 2, 127, 128, 7200, 32_767, 32_768, 100_000] {
+            let secs = Duration::from_secs(v as u64);
+            let ours = |r: std::io::Result<()>| r.map_err(|e| e.kind());
+            assert_eq!(
+                ours(c.set_keepalive_idle(secs)),
+                kset(libc::TCP_KEEPIDLE, v),
+                "TCP_KEEPIDLE {v} fusion={fusion}"
+            );
+            assert_eq!(
+                ours(c.set_keepalive_interval(secs)),
+                kset(libc::TCP_KEEPINTVL, v),
+                "TCP_KEEPINTVL {v} fusion={fusion}"
+            );
+            assert_eq!(
+                ours(c.set_keepalive_count(v as u32)),
+                kset(libc::TCP_KEEPCNT, v),
+                "TCP_KEEPCNT {v} fusion={fusion}"
+            );
+        }
+        // The last accepted values stay; each option is independent of the others.
+        assert_eq!(c.keepalive_idle().unwrap(), Duration::from_secs(32_767));
+        assert_eq!(c.keepalive_interval().unwrap(), Duration::from_secs(32_767));
+        assert_eq!(c.keepalive_count().unwrap(), 127);
+        s.set_keepalive_count(3).unwrap();
+        assert_eq!(s.keepalive_count().unwrap(), 3);
+        assert_eq!(s.keepalive_idle().unwrap(), Duration::from_secs(600));
+        s.set_keepalive(true).unwrap();
+        s.set_keepalive_idle(Duration::from_millis(1500)).unwrap();
+        assert_eq!(
+            s.keepalive_idle().unwrap(),
+            Duration::from_secs(1),
+            "whole seconds"
+        );
+        assert!(s.keepalive().unwrap());
+        st.shutdown();
+    }
+}

@@ -408,8 +408,8 @@ impl Sim {
         if cfg.vary {
             for (h, v) in per_host.iter_mut().enumerate() {
                 let sack = ["0", "1", "2"][rng.below(3) as usize];
-                let ts = ["0", "1"][rng.below(2) as usize];
-                let ws = ["0", "1"][rng.below(2) as usize];
+                let ts = ["1", "2"][rng.below(2) as usize];
+                let ws = ["1", "2"][rng.below(2) as usize];
                 let cc = ["cubic", "newreno"][rng.below(2) as usize];
                 variant.push_str(&format!("h{h}:sack={sack},ts={ts},ws={ws},cc={cc} "));
                 v.push(("tcp_sack_permitted".into(), sack.into()));

@@ -605,6 +605,11 @@ impl Host {
         Ok(id)
     }
 
+    /// Connections waiting in a listener's accept queue (`None`: no such listener).
+    pub fn tcp_listener_queued(&self, lid: ListenerId) -> Option<usize> {
+        self.listeners.get(lid.0).map(|l| l.accept_q.len())
+    }
+
     /// TCP_MAXSEG on a listener: connections it opens from now on advertise at most
     /// `mss` in their SYN,ACK and send segments no larger (see [`Tcb::set_user_mss`]);
     /// `InvalidInput` outside 88..=32767, as Linux's EINVAL.

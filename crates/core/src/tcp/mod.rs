@@ -248,8 +248,10 @@ pub struct TcpSettings {
     pub slow_start_after_idle: bool,
     /// 0 never, 1 when offered, 2 offer too.
     pub sack: u32,
-    pub wscale: bool,
-    pub tstamp: bool,
+    /// Window scaling (RFC 7323 §2): 0 never, 1 when offered, 2 offer too.
+    pub wscale: u32,
+    /// Timestamps (RFC 7323 §3): 0 never, 1 when offered, 2 offer too.
+    pub tstamp: u32,
     pub dupthresh: u32,
     /// RACK loss detection (RFC 8985 §6, `tcp_recovery`).
     pub rack: bool,
@@ -280,6 +282,18 @@ pub struct TcpSettings {
 }
 
 impl TcpSettings {
+    /// Whether a SYN option with setting `level` (`sack`, `wscale`, `tstamp`: 0 never,
+    /// 1 when offered, 2 offer too) is taken from the peer's SYN: on a passive open when
+    /// it is not off, on an active open only when we offered it (RFC 7323 §2.2, §3.2;
+    /// RFC 2018 §2: an option is used only if both SYNs carry it).
+    pub fn accepts(&self, level: u32, passive: bool) -> bool {
+        if passive {
+            level >= 1
+        } else {
+            level >= 2
+        }
+    }
+
     /// The TCP settings of a stack's current tunables.
     pub fn from_params(p: &Params) -> Self {
         let ms = Params::ms;

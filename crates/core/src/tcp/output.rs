@@ -662,9 +662,9 @@ impl Tcb {
             o.timestamps = self.ts_ok.then(|| (self.ts_now(now), self.ts_recent));
             repr.ack = self.rcv_nxt.raw();
         } else {
-            o.window_scale = self.set.wscale.then_some(self.rcv_wscale);
+            o.window_scale = (self.set.wscale >= 2).then_some(self.rcv_wscale);
             o.sack_permitted = self.set.sack >= 2;
-            o.timestamps = self.set.tstamp.then(|| (self.ts_now(now), 0));
+            o.timestamps = (self.set.tstamp >= 2).then(|| (self.ts_now(now), 0));
         }
         repr.window = self.select_window(true);
         // Sent before (SND.NXT is past ISS): a retransmission, which also ends RTT timing

@@ -217,15 +217,21 @@ pub fn syn_ack(
     user_mss: Option<u32>,
 ) -> Option<TcpRepr> {
     let peer_mss = syn.options.mss.unwrap_or(set.mss_def.min(65_535) as u16);
+    // With timestamps off (`tstamp` 0) the SYN's are not taken: the cookie is made as
+    // for a SYN without them.
+    let mut syn = *syn;
+    if set.tstamp == 0 {
+        syn.options.timestamps = None;
+    }
     let c = encode(
         g,
         now,
         local,
         remote,
-        syn,
+        &syn,
         g.ts_offset(local, remote),
         peer_mss,
-        (true, set.sack >= 1),
+        (set.wscale >= 1, set.sack >= 1),
     );
     let spec = ConnSpec {
         local,
@@ -237,7 +243,6 @@ pub fn syn_ack(
     // Without timestamps the cookie has no room for window scaling and SACK-permitted:
     // the SYN,ACK must not offer them either (as Linux clears them), or the peer would
     // scale windows the rebuilt connection does not.
-    let mut syn = *syn;
     if syn.options.timestamps.is_none() {
         syn.options.window_scale = None;
         syn.options.sack_permitted = false;
@@ -262,6 +267,12 @@ pub fn rebuild(
     set: &TcpSettings,
     mtu: u32,
 ) -> Option<Tcb> {
+    // With timestamps off the SYN,ACK carried none: a peer's TSecr echoes no cookie.
+    let mut seg = *seg;
+    if set.tstamp == 0 {
+        seg.options.timestamps = None;
+    }
+    let seg = &seg;
     let syn = decode(g, now, local, remote, seg)?;
     let spec = ConnSpec {
         local,

@@ -473,7 +473,11 @@ impl Tcb {
             sack_recent: [None; 4],
             dsack: None,
             snd_wscale: 0,
-            rcv_wscale: if set.wscale || passive { rcv_wscale } else { 0 },
+            rcv_wscale: if set.accepts(set.wscale, passive) {
+                rcv_wscale
+            } else {
+                0
+            },
             ts_ok: false,
             ts_recent: 0,
             ts_recent_time: now,
@@ -559,7 +563,7 @@ impl Tcb {
         let mut t = Tcb::new(now, spec, set, false);
         t.state = State::SynSent;
         t.sack_ok = t.set.sack >= 2;
-        t.ts_ok = t.set.tstamp;
+        t.ts_ok = t.set.tstamp >= 2;
         t
     }
 
@@ -590,8 +594,11 @@ impl Tcb {
         // MSS (RFC 9293 §3.7.1, MUST-14/15): default 536 when absent; RFC 6691: it
         // excludes options.
         self.peer_mss = o.mss.map(u32::from).unwrap_or(self.set.mss_def);
+        // RFC 7323 §2.2, §3.2, RFC 2018 §2: an option is in use when both SYNs carry it:
+        // the active side takes it only if it offered it (setting 2), the passive side
+        // answers an offer unless the option is off (setting 0).
         match o.window_scale {
-            Some(ws) if self.set.wscale || self.passive => {
+            Some(ws) if self.set.accepts(self.set.wscale, self.passive) => {
                 // RFC 7323 §2.3: a shift above 14 is used as 14.
                 self.snd_wscale = ws.min(MAX_WSCALE);
                 self.ws_ok = true;
@@ -602,14 +609,9 @@ impl Tcb {
                 self.ws_ok = false;
             }
         }
-        let sack_allowed = if self.passive {
-            self.set.sack >= 1
-        } else {
-            self.set.sack >= 2
-        };
-        self.sack_ok = o.sack_permitted && sack_allowed;
+        self.sack_ok = o.sack_permitted && self.set.accepts(self.set.sack, self.passive);
         match o.timestamps {
-            Some((tsval, _)) if self.passive || self.set.tstamp => {
+            Some((tsval, _)) if self.set.accepts(self.set.tstamp, self.passive) => {
                 self.ts_ok = true;
                 self.ts_recent = tsval;
                 self.ts_recent_time = now;
@@ -1064,11 +1066,52 @@ impl Tcb {
         };
     }
 
-    /// Keepalive timing (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT).
+    /// Keepalive timing (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) all at once; the
+    /// timer runs on as it was armed (see [`Tcb::set_keepalive_idle`] for Linux's
+    /// TCP_KEEPIDLE).
     pub fn set_keepalive_params(&mut self, idle: Duration, intvl: Duration, probes: u32) {
         self.set.keepalive_idle = idle.max(Duration::from_millis(1));
         self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
         self.set.keepalive_probes = probes.max(1);
+    }
+
+    /// TCP_KEEPIDLE (RFC 9293 §3.8.4): the idle time before the first keepalive probe.
+    /// With keepalive on and the connection synchronized, the timer is re-armed at once
+    /// for the new time, counted from the last segment received (due now if that is
+    /// already past), as Linux's `tcp_sock_set_keepidle_locked` does; probes already
+    /// sent still count.
+    pub fn set_keepalive_idle(&mut self, now: Instant, idle: Duration) {
+        self.set.keepalive_idle = idle.max(Duration::from_millis(1));
+        if self.keepalive && self.state.is_synchronized() {
+            self.keepalive_deadline = Some((self.last_rcv + self.set.keepalive_idle).max(now));
+        }
+    }
+
+    /// TCP_KEEPINTVL: the time between unanswered keepalive probes (from the next probe
+    /// on).
+    pub fn set_keepalive_intvl(&mut self, intvl: Duration) {
+        self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
+    }
+
+    /// TCP_KEEPCNT: unanswered probes before the connection is dropped.
+    pub fn set_keepalive_probes(&mut self, probes: u32) {
+        self.set.keepalive_probes = probes.max(1);
+    }
+
+    /// Keepalive timing in use: (idle, interval, probes); the stack's tunables
+    /// (`tcp_keepalive_interval`, `tcp_keepalive_intvl`, `tcp_keepalive_probes`) as the
+    /// connection was created unless set on it.
+    pub fn keepalive_params(&self) -> (Duration, Duration, u32) {
+        (
+            self.set.keepalive_idle,
+            self.set.keepalive_intvl,
+            self.set.keepalive_probes,
+        )
+    }
+
+    /// SO_KEEPALIVE as set.
+    pub fn keepalive(&self) -> bool {
+        self.keepalive
     }
 
     /// TCP_USER_TIMEOUT (RFC 9293 §3.8.3 USER TIMEOUT, RFC 5482): abort when sent data
@@ -1577,7 +1620,7 @@ mod tests {
     /// A client `Tcb` (no timestamps, MSS 1000) whose peer's SYN,ACK offered `win`.
     fn client(win: u16) -> Tcb {
         let mut set = settings();
-        set.tstamp = false;
+        set.tstamp = 1;
         let mut a = Tcb::connect(T0, spec(A, B, 1000), set);
         drain(&mut a, T0);
         let mut synack = a.base_repr(SeqNum(5000), TcpFlags::SYN | TcpFlags::ACK);

@@ -467,8 +467,9 @@ impl Knobs {
         p.tcp_recv_hiwat = self.rcvbuf.min(p.tcp_max_buf);
         p.tcp_xmit_lowat = p.tcp_xmit_lowat.min(p.tcp_xmit_hiwat);
         p.tcp_sack_permitted = self.sack;
-        p.tcp_tstamp_always = self.ts;
-        p.tcp_wscale_always = self.ws;
+        // `ts`/`ws`: offered on active opens (2) or only accepted (1).
+        p.tcp_tstamp_always = if self.ts { 2 } else { 1 };
+        p.tcp_wscale_always = if self.ws { 2 } else { 1 };
         p.tcp_congestion_control = if self.newreno {
             CcAlgorithm::NewReno
         } else {

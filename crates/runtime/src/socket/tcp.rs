@@ -408,7 +408,58 @@ impl TcpStream {
         self.with(move |t, now| t.set_keepalive(now, on))
     }
 
-    /// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT.
+    /// TCP_KEEPIDLE: the idle time before the first keepalive probe, in whole seconds
+    /// (a fraction is dropped, as the option's integer seconds have none), 1..=32767 s
+    /// as on Linux, else `InvalidInput` (EINVAL). On a connection with keepalive on, the
+    /// timer is re-armed for the new time counted from the last segment received.
+    pub fn set_keepalive_idle(&self, idle: Duration) -> io::Result<()> {
+        let idle = keepalive_secs(idle, MAX_TCP_KEEPIDLE, "TCP_KEEPIDLE")?;
+        self.with(move |t, now| t.set_keepalive_idle(now, idle))
+    }
+
+    /// TCP_KEEPIDLE as in use: the value set, else `tcp_keepalive_interval` as the
+    /// connection was created.
+    pub fn keepalive_idle(&self) -> io::Result<Duration> {
+        self.with(|t, _| t.keepalive_params().0)
+    }
+
+    /// TCP_KEEPINTVL: the time between unanswered keepalive probes, in whole seconds,
+    /// 1..=32767 s, else `InvalidInput` (EINVAL).
+    pub fn set_keepalive_interval(&self, intvl: Duration) -> io::Result<()> {
+        let intvl = keepalive_secs(intvl, MAX_TCP_KEEPINTVL, "TCP_KEEPINTVL")?;
+        self.with(move |t, _| t.set_keepalive_intvl(intvl))
+    }
+
+    /// TCP_KEEPINTVL as in use: the value set, else `tcp_keepalive_intvl`.
+    pub fn keepalive_interval(&self) -> io::Result<Duration> {
+        self.with(|t, _| t.keepalive_params().1)
+    }
+
+    /// TCP_KEEPCNT: unanswered probes before the connection is dropped, 1..=127, else
+    /// `InvalidInput` (EINVAL).
+    pub fn set_keepalive_count(&self, probes: u32) -> io::Result<()> {
+        if !(1..=MAX_TCP_KEEPCNT).contains(&probes) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "TCP_KEEPCNT must be 1..=127",
+            ));
+        }
+        self.with(move |t, _| t.set_keepalive_probes(probes))
+    }
+
+    /// TCP_KEEPCNT as in use: the value set, else `tcp_keepalive_probes`.
+    pub fn keepalive_count(&self) -> io::Result<u32> {
+        self.with(|t, _| t.keepalive_params().2)
+    }
+
+    /// SO_KEEPALIVE as set.
+    pub fn keepalive(&self) -> io::Result<bool> {
+        self.with(|t, _| t.keepalive())
+    }
+
+    /// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT at once (any positive values; the timer
+    /// runs on as armed). [`TcpStream::set_keepalive_idle`] and its siblings are the
+    /// socket options one by one, with Linux's ranges.
     pub fn set_keepalive_params(
         &self,
         idle: Duration,
@@ -835,6 +886,24 @@ impl Drop for TcpListener {
         }
         self.l.update_ready(0);
     }
+}
+
+/// Linux's upper bounds (include/net/tcp.h): `MAX_TCP_KEEPIDLE`, `MAX_TCP_KEEPINTVL`
+/// (seconds) and `MAX_TCP_KEEPCNT`.
+const MAX_TCP_KEEPIDLE: u64 = 32_767;
+const MAX_TCP_KEEPINTVL: u64 = 32_767;
+const MAX_TCP_KEEPCNT: u32 = 127;
+
+/// A keepalive time in whole seconds within 1..=`max`, as Linux's setsockopt checks it.
+fn keepalive_secs(d: Duration, max: u64, what: &str) -> io::Result<Duration> {
+    let s = d.as_secs();
+    if !(1..=max).contains(&s) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} must be 1..={max} seconds"),
+        ));
+    }
+    Ok(Duration::from_secs(s))
 }
 
 /// `127.0.0.1:port`.
