@@ -1476,7 +1476,9 @@ fn keepalive_off_by_default() {
 
 /// RFC 9293 §3.8.4: with SO_KEEPALIVE the first probe goes after the idle time, then
 /// every `keepalive_intvl`; after `keepalive_probes` unanswered the connection is
-/// dropped with ETIMEDOUT. The probe is <SEQ=SND.UNA-1><ACK=RCV.NXT><CTL=ACK>, no data.
+/// dropped with ETIMEDOUT and, as Linux does, a RST (`<SEQ=SND.NXT><ACK=RCV.NXT>`) tells a
+/// peer that is alive after all. The probe is <SEQ=SND.UNA-1><ACK=RCV.NXT><CTL=ACK>, no
+/// data.
 #[test]
 fn keepalive_probes_then_drops() {
     let (mut o, _p) = est_plain();
@@ -1484,11 +1486,13 @@ fn keepalive_probes_then_drops() {
     o.tcb.set_keepalive(o.now, true);
     let start = o.now;
     let mut times = Vec::new();
+    let mut rsts = Vec::new();
     while !o.tcb.is_closed() {
         o.next_timer().expect("keepalive timer");
         for s in o.take_all() {
             assert!(!s.flags().rst() || o.tcb.is_closed());
             if s.flags().rst() {
+                rsts.push((s.flags(), s.seq(), s.ack()));
                 continue;
             }
             assert_eq!(s.flags(), ACK);
@@ -1499,8 +1503,10 @@ fn keepalive_probes_then_drops() {
     }
     assert_eq!(times, vec![secs(60), secs(70), secs(80)]);
     assert_eq!(o.now.saturating_duration_since(start), secs(90));
+    assert_eq!(rsts, vec![(RST | ACK, CLIENT_ISS + 1, SERVER_ISS + 1)]);
     assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
     assert!(o.tcb.take_events().contains(Events::ERROR | Events::CLOSED));
+    assert_eq!(o.tcb.poll_timeout(), None);
 }
 
 /// RFC 9293 §3.8.4: an answer to a probe resets the count; probing starts over after a

@@ -217,7 +217,17 @@ impl Tcb {
             return;
         }
         if self.keepalive_sent >= self.set.keepalive_probes {
-            self.fail(TcpError::TimedOut);
+            // Given up: ETIMEDOUT, and a RST to the peer in case it is alive after all
+            // but cannot answer (as Linux's tcp_keepalive_timer: tcp_send_active_reset,
+            // then tcp_write_err). The RST leaves from output, as an abort's does.
+            self.error = Some(TcpError::TimedOut);
+            self.events.insert(super::Events::ERROR);
+            self.snd_buf.clear();
+            self.ooo.clear();
+            self.rst_pending = true;
+            self.count_close_transition();
+            self.state = State::Closed;
+            self.clear_timers();
             return;
         }
         self.keepalive_sent += 1;
