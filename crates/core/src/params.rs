@@ -250,7 +250,7 @@ tunables! {
     ip_reass_queue_bytes: u32 = 4_194_304, 65_536, GIB, "bytes", "memory for datagrams under reassembly, all together";
     ip_lso_outbound: bool = true, 0, 1, "", "build TCP segments larger than the MTU and split them at the device (LSO/GSO)";
     ip_gro: bool = true, 0, 1, "", "join consecutive in-order TCP segments of one flow in a receive batch before TCP sees them (GRO)";
-    tcp_gro_stretch_acks: bool = false, 0, 1, "", "a run of in-order segments joined on receive (GRO) draws one ACK, as Linux's GRO does; 0 = the peer gets the ACKs the segments would have drawn one by one (every second full segment)";
+    tcp_gro_stretch_acks: bool = false, 0, 1, "", "a run of in-order segments joined on receive (GRO), and the segments of one receive batch, draw one ACK, as Linux's GRO does; 0 = the peer gets the ACKs the segments would have drawn one by one (every second full segment)";
     arp_cleanup_interval: u32 = 300_000, 1000, MS_DAY, "ms", "lifetime of a resolved ARP entry";
     arp_retry_interval: u32 = 1000, 10, 60_000, "ms", "time between ARP requests for an unresolved address";
     arp_max_retries: u32 = 3, 1, 100, "requests", "ARP requests before an address is declared unreachable";

@@ -107,6 +107,7 @@ impl Tcb {
             return;
         }
         if self.ack_now
+            && !self.set.gro_stretch_acks
             && matches!(
                 self.state,
                 State::Established
@@ -122,7 +123,8 @@ impl Tcb {
             // runtime's squeues). It is owed, and leaves first, as it would have left
             // before this segment had the owner sent after each one; the receive side's
             // ACK state is what sending it would have made it. The peer sees the ACKs it
-            // would have seen (RFC 5681 §4.2, RFC 9293 §3.8.6.3), not one per batch.
+            // would have seen (RFC 5681 §4.2, RFC 9293 §3.8.6.3), not one per batch;
+            // `tcp_gro_stretch_acks` trades them for one per batch, as for GRO's runs.
             if self.owed_acks.len() < MAX_OWED_ACKS {
                 self.owed_acks.push_back(self.rcv_nxt);
             }
