@@ -1770,6 +1770,27 @@ fn closed_port_urg_draws_nothing() {
     assert!(l.tx().is_empty());
 }
 
+/// `tcp_rst_sent_rate` limits RSTs to the network, not to our own addresses: every
+/// local connect to a closed port is refused at once (Linux limits no RST), as in the
+/// runtime (`loopback_refusals_are_not_rate_limited` there).
+#[test]
+fn loopback_refusals_are_not_rate_limited() {
+    let mut l = Lab::new(&[("tcp_rst_sent_rate", "5")]);
+    for _ in 0..20 {
+        let c = l.h.tcp_connect(l.now, sa(IP_A, 81), None).unwrap();
+        let t =
+            l.h.tcb(c)
+                .expect("a connection that was refused is kept until closed");
+        assert_eq!(
+            (t.state(), t.error()),
+            (State::Closed, Some(ember_core::tcp::TcpError::Refused))
+        );
+        l.h.tcp_close(l.now, c);
+    }
+    let s = l.h.stats().tcp;
+    assert_eq!((s.out_rsts, s.rst_rate_limited, s.in_closed), (20, 0, 20));
+}
+
 /// RFC 9293 §3.10.7.1 with `tcp_rst_sent_rate` (Solaris): RSTs for segments to no
 /// connection are limited per second; the rest are counted (tcpRstDropped).
 #[test]

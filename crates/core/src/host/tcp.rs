@@ -158,7 +158,9 @@ impl Host {
 
     /// RFC 9293 §3.10.7.1 (CLOSED): answer with a RST unless the segment is a RST.
     /// As FireEngine's classifier does, segments with URG get no answer either.
-    /// RSTs are rate-limited (`tcp_rst_sent_rate`).
+    /// RSTs to the network are rate-limited (`tcp_rst_sent_rate`, Solaris); RSTs to our
+    /// own addresses are not (a local connect to a closed port is refused at once, as
+    /// on Linux, which limits no RST).
     fn reply_rst(
         &mut self,
         now: Instant,
@@ -170,7 +172,7 @@ impl Host {
         let Some(r) = seg.reset_reply(payload.len()) else {
             return;
         };
-        if !self.rst_bucket.allow(now) {
+        if !self.is_local_addr(*remote.ip()) && !self.rst_bucket.allow(now) {
             self.stats.tcp.rst_rate_limited += 1;
             return;
         }

@@ -1191,6 +1191,7 @@ impl Stack {
                 in_segs_noconn,
                 in_errs,
                 out_rsts_noconn,
+                rst_rate_limited,
                 time_wait_reuse,
                 lo_segs,
                 ip_lo_out,
@@ -1226,6 +1227,7 @@ impl Stack {
         h.out_rsts += out.tcp.out_rsts_noconn;
         h.out_segs += out.tcp.out_rsts_noconn;
         h.time_wait_reuse += out.tcp.time_wait_reuse;
+        h.rst_rate_limited += out.tcp.rst_rate_limited;
         out
     }
 

@@ -191,6 +191,7 @@ pub struct PerimStats {
     pub in_segs_noconn: u64,
     pub in_errs: u64,
     pub out_rsts_noconn: u64,
+    pub rst_rate_limited: u64,
     pub time_wait_reuse: u64,
     pub lo_segs: u64,
     /// Loopback datagrams through IP (counted into ipOutRequests / ipInReceives /
@@ -456,6 +457,7 @@ impl Perim {
         // `tcp_rst_sent_rate` protects the network from us; RSTs to our own addresses
         // stay in the process (a local connect to a closed port is refused at once).
         if !st.is_local_addr(*remote.ip()) && !st.rst_allowed(now) {
+            self.stats.rst_rate_limited += 1;
             return;
         }
         self.stats.out_rsts_noconn += 1;

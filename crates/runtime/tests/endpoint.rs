@@ -1,0 +1,62 @@
+//! What happens to segments that reach no connection, or a listener, is decided once, in
+//! the core's `tcp::endpoint`, for the core `Host` and for the runtime's squeues alike.
+//! These tests check the runtime's side of the decisions the two used to take apart
+//! (their `Host` twins are in `crates/core/tests/host.rs`).
+//!
+//! Every blocking call has a timeout so a bug fails instead of hanging.
+
+use ember_runtime::dev::{mem_link, ImpairConfig};
+use ember_runtime::{IfaceConfig, Stack, TcpStream};
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+fn iface(addr: Ipv4Addr) -> IfaceConfig {
+    IfaceConfig {
+        addr,
+        prefix_len: 24,
+        mac: None,
+        mtu: None,
+    }
+}
+
+/// Client 198.18.0.1 and server 198.18.0.2 on a clean in-memory link; `server` tunables.
+fn two_stacks(server: &[(&str, &str)]) -> (Stack, Stack) {
+    let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 5);
+    let a = Stack::builder()
+        .squeues(1)
+        .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), ea)
+        .build()
+        .unwrap();
+    let mut b = Stack::builder()
+        .squeues(2)
+        .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), eb);
+    for (k, v) in server {
+        b = b.param(k, v).unwrap();
+    }
+    (a, b.build().unwrap())
+}
+
+/// RFC 9293 §3.10.7.1 with `tcp_rst_sent_rate`: RSTs to the network for segments to no
+/// connection are limited, and the ones not sent are counted (tcpRstDropped), as the
+/// core `Host` counts them (`closed_port_rsts_are_rate_limited`).
+#[test]
+fn remote_rsts_are_rate_limited_and_counted() {
+    let (a, b) = two_stacks(&[("tcp_rst_sent_rate", "2")]);
+    let closed = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 81);
+    let mut refused = 0;
+    for _ in 0..6 {
+        match TcpStream::connect_timeout(&a, closed, Duration::from_millis(150)) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => refused += 1,
+            Err(e) => assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}"),
+            Ok(_) => panic!("connected to a closed port"),
+        }
+    }
+    let t = b.stats().host.tcp;
+    assert!((2..=3).contains(&refused), "{refused} refused, {t:?}");
+    assert_eq!(t.out_rsts, refused, "{t:?}");
+    assert_eq!(t.rst_rate_limited, t.in_closed - refused, "{t:?}");
+    assert!(t.rst_rate_limited >= 3, "{t:?}");
+    a.shutdown();
+    b.shutdown();
+}
