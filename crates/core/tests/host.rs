@@ -1976,6 +1976,33 @@ fn full_host_sends_no_cookie() {
     assert_eq!(l.h.stats().tcp.syncookies_sent, 1);
 }
 
+/// TCP_MAXSEG on a listener shapes its cookie SYN,ACKs as it shapes its ordinary ones
+/// (Linux clamps both with `tcp_mss_clamp`), and the connection rebuilt from the cookie
+/// sends no larger segments; as the runtime's listener
+/// (`listener_max_segment_shapes_plain_and_cookie_synacks` there).
+#[test]
+fn listener_max_segment_shapes_cookie_synacks() {
+    for cookies in ["0", "2"] {
+        let mut l = Lab::new(&[("tcp_syncookies", cookies)]);
+        let lid = l.h.tcp_listen(sa(IP_A, 80), 8).unwrap();
+        l.h.tcp_listener_set_max_segment(lid, 536).unwrap();
+        let mut peer = TcpPeer::new(4000, 80);
+        l.rx(&peer.syn());
+        let out = tcps(&l.tx());
+        assert_eq!(out.len(), 1, "one SYN,ACK");
+        let (_, synack, _) = &out[0];
+        assert_eq!(synack.options.mss, Some(536), "tcp_syncookies={cookies}");
+        peer.seq = peer.seq.wrapping_add(1);
+        peer.ack = synack.seq.wrapping_add(1);
+        peer.saw(synack);
+        l.rx(&peer.frame(TcpFlags::ACK, &[]));
+        let (id, _) = l.h.tcp_accept(lid).expect("accept");
+        assert!(l.h.tcb(id).unwrap().info().snd_mss <= 536);
+        let s = l.h.stats().tcp;
+        assert_eq!(s.syncookies_recv, u64::from(cookies == "2"));
+    }
+}
+
 /// RFC 4987 §3.6 with `tcp_syncookies=2` between two hosts: every SYN gets a cookie,
 /// and the connection still has the window scale, SACK and timestamps the client
 /// offered (carried in the timestamp, as Linux does) and carries data both ways.

@@ -6,7 +6,7 @@
 //! Every blocking call has a timeout so a bug fails instead of hanging.
 
 use ember_runtime::dev::{mem_link, ImpairConfig};
-use ember_runtime::{IfaceConfig, Stack, TcpStream};
+use ember_runtime::{IfaceConfig, Stack, TcpListener, TcpStream};
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -59,4 +59,44 @@ fn remote_rsts_are_rate_limited_and_counted() {
     assert!(t.rst_rate_limited >= 3, "{t:?}");
     a.shutdown();
     b.shutdown();
+}
+
+/// TCP_MAXSEG on a listener shapes every SYN,ACK it sends, a cookie SYN,ACK as much as an
+/// ordinary one (Linux clamps both with `tcp_mss_clamp`), and the connections it opens
+/// send no larger segments; as the core `Host`'s listener
+/// (`listener_max_segment_shapes_cookie_synacks` there). Out of range is EINVAL.
+#[test]
+fn listener_max_segment_shapes_plain_and_cookie_synacks() {
+    for cookies in ["0", "2"] {
+        let (a, b) = two_stacks(&[("tcp_syncookies", cookies), ("do_tcp_fusion", "0")]);
+        let addr = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080);
+        let l = TcpListener::bind(&b, addr).unwrap();
+        l.set_accept_timeout(Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(l.max_segment(), None);
+        assert_eq!(
+            l.set_max_segment(87).unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+        l.set_max_segment(536).unwrap();
+        assert_eq!(l.max_segment(), Some(536));
+        let c = TcpStream::connect_timeout(&a, addr, Duration::from_secs(20)).unwrap();
+        let (s, _) = l.accept().unwrap();
+        // The client learned 536 from the SYN,ACK's MSS option (its route allows 1460),
+        // less 12 octets for timestamps.
+        let mss = c.tcp_info().unwrap().snd_mss;
+        assert!(
+            (524..=536).contains(&mss),
+            "{mss}, tcp_syncookies={cookies}"
+        );
+        assert!(
+            s.tcp_info().unwrap().snd_mss <= 536,
+            "tcp_syncookies={cookies}"
+        );
+        if cookies == "2" {
+            assert_eq!(b.stats().host.tcp.syncookies_recv, 1);
+        }
+        drop((c, s));
+        a.shutdown();
+        b.shutdown();
+    }
 }

@@ -368,6 +368,9 @@ pub struct ListenerShared {
     /// When this listener last answered a SYN with a cookie (RFC 4987 §3.6), in
     /// milliseconds of the stack's clock plus one; 0 = never.
     pub cookie_at: std::sync::atomic::AtomicU64,
+    /// TCP_MAXSEG set on the listener (0: not set): each connection it opens advertises
+    /// and sends at most this, cookie SYN,ACKs included.
+    pub user_mss: std::sync::atomic::AtomicU32,
     pub w: Waitable,
     pub(crate) opts: Mutex<SockOpts>,
     pub closed: AtomicBool,
@@ -381,10 +384,16 @@ impl ListenerShared {
             accept_q: Mutex::new(VecDeque::new()),
             syn_q: std::sync::atomic::AtomicU32::new(0),
             cookie_at: std::sync::atomic::AtomicU64::new(0),
+            user_mss: std::sync::atomic::AtomicU32::new(0),
             w: Waitable::default(),
             opts: Mutex::new(SockOpts::default()),
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// The listener's TCP_MAXSEG, if set.
+    pub fn user_mss(&self) -> Option<u32> {
+        Some(self.user_mss.load(Ordering::Relaxed)).filter(|&m| m != 0)
     }
 
     /// Publishes whether the accept queue is non-empty.

@@ -855,6 +855,22 @@ impl TcpListener {
         Ok(())
     }
 
+    /// TCP_MAXSEG on a listener: connections it opens from now on advertise at most
+    /// `mss` in their SYN,ACK (cookie SYN,ACKs included) and send segments no larger;
+    /// `InvalidInput` outside 88..=32767, as Linux's EINVAL.
+    pub fn set_max_segment(&self, mss: u32) -> io::Result<()> {
+        if !(88..=32_767).contains(&mss) {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        self.l.user_mss.store(mss, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The listener's TCP_MAXSEG, if set.
+    pub fn max_segment(&self) -> Option<u32> {
+        self.l.user_mss()
+    }
+
     /// Connections waiting to be accepted.
     pub fn pending(&self) -> usize {
         self.l.accept_q.lock().len()

@@ -563,6 +563,10 @@ impl Perim {
             // Large segments for a device (loopback segments are 64 KiB already).
             tcb.set_lso_max(st.tcp_settings().lso_max);
         }
+        if let Some(m) = l.user_mss() {
+            // Range-checked when it was set.
+            let _ = tcb.set_user_mss(m);
+        }
         let key = self.conns.next_key();
         let shared = ConnShared::new(self.id, key, local, remote);
         let k = self
@@ -596,7 +600,8 @@ impl Perim {
         mtu: u32,
     ) {
         let set = st.tcp_settings();
-        let Some(r) = syncookie::syn_ack(&st.isn, now, local, remote, syn, &set, mtu, None) else {
+        let mss = l.user_mss();
+        let Some(r) = syncookie::syn_ack(&st.isn, now, local, remote, syn, &set, mtu, mss) else {
             return;
         };
         l.cookie_at.store(now.as_millis() + 1, Ordering::Relaxed);
