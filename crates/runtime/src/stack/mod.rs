@@ -32,6 +32,7 @@ pub use txq::TxStats;
 
 use crate::classifier::{Classifier, Tuple};
 use crate::dev::Device;
+use crate::socket::ListenerShared;
 use crate::squeue::{Mode, SqCounters, Squeue};
 use ember_core::host::{rst_bucket, Host, HostStats, Interface, TcpUpcall};
 use ember_core::icmp::ratelimit::TokenBucket;
@@ -556,6 +557,18 @@ impl StackInner {
         let _ = self
             .conns_now
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// The listener for `local` that takes new connections: none once it is being
+    /// closed, or the whole stack is. A segment for it is then answered as at a closed
+    /// port (a RST), as Linux answers once a listener's socket is unhashed.
+    pub(crate) fn open_listener(&self, local: SocketAddrV4) -> Option<Arc<ListenerShared>> {
+        if self.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.classifier
+            .listener(local)
+            .filter(|l| !l.closed.load(Ordering::SeqCst))
     }
 
     /// The connections' queues are over `tcp_mem_max`.
@@ -1424,5 +1437,47 @@ impl Drop for StackInner {
         for sq in &self.squeues {
             sq.shutdown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::{mem_link, ImpairConfig};
+    use crate::{IfaceConfig, TcpListener, TcpStream};
+
+    /// A stack that is shutting down answers a SYN for one of its listeners as at a
+    /// closed port, with a RST (Linux: a closed listener is unhashed first), as the core
+    /// `Host` does once a listener is closed (`tcp_listen_conflicts` in its tests). The
+    /// closing flag is set here without stopping the workers, to hold the stack in the
+    /// window `Stack::shutdown` passes through.
+    #[test]
+    fn a_closing_stack_refuses_syns() {
+        let iface = |addr| IfaceConfig {
+            addr,
+            prefix_len: 24,
+            mac: None,
+            mtu: None,
+        };
+        let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 5);
+        let a = Stack::builder()
+            .squeues(1)
+            .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), ea)
+            .build()
+            .unwrap();
+        let b = Stack::builder()
+            .squeues(1)
+            .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), eb)
+            .build()
+            .unwrap();
+        let addr = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 8080);
+        let _l = TcpListener::bind(&b, addr).unwrap();
+        b.inner.closing.store(true, Ordering::SeqCst);
+        let e = TcpStream::connect_timeout(&a, addr, Duration::from_millis(1500)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        assert_eq!(b.stats().host.tcp.in_closed, 1);
+        b.inner.closing.store(false, Ordering::SeqCst);
+        a.shutdown();
+        b.shutdown();
     }
 }

@@ -319,7 +319,7 @@ impl Perim {
             }
             None => {
                 self.stats.in_segs_noconn += 1;
-                match st.classifier.listener(local) {
+                match st.open_listener(local) {
                     Some(l) => self.listen_input(st, now, &l, local, remote, &repr, payload, None),
                     None => {
                         self.stats.in_closed += 1;
@@ -349,7 +349,7 @@ impl Perim {
             return;
         };
         if c.tcb.time_wait_accepts_syn(repr) {
-            if let Some(l) = st.classifier.listener(local) {
+            if let Some(l) = st.open_listener(local) {
                 // RFC 6191: a new incarnation takes over a TIME-WAIT connection.
                 let old_nxt = c.tcb.snd_nxt();
                 self.remove(st, key);
@@ -501,7 +501,6 @@ impl Perim {
                 }
                 return;
             }
-            ListenVerdict::Open if st.closing.load(Ordering::SeqCst) => return,
             ListenVerdict::Open => {}
         }
         let queued = l.accept_q.lock().len() as u32;
@@ -625,9 +624,7 @@ impl Perim {
     ) -> bool {
         let at = l.cookie_at.load(Ordering::Relaxed);
         let last = at.checked_sub(1).map(Instant::from_millis);
-        if !syncookie::checks_acks(st.params().tcp_syncookies, last, now)
-            || st.closing.load(Ordering::SeqCst)
-        {
+        if !syncookie::checks_acks(st.params().tcp_syncookies, last, now) {
             return false;
         }
         let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
