@@ -60,11 +60,23 @@ fn config(seed: u64) -> SimConfig {
     }
 }
 
+/// With `EMBER_SIM_REPORTS=DIR`, each seed's whole report (wall time zeroed) is written
+/// to `DIR/SEED`, so that two builds can be shown to behave identically seed by seed.
+fn keep_report(r: &ember_sim::RunReport) {
+    if let Some(dir) = std::env::var_os("EMBER_SIM_REPORTS") {
+        let mut r = r.clone();
+        r.wall_s = 0.0;
+        let path = std::path::Path::new(&dir).join(r.seed.to_string());
+        std::fs::write(path, format!("{r:#?}\n")).expect("write the seed's report");
+    }
+}
+
 fn run_range(seeds: std::ops::Range<u64>) {
     let mut failures = Vec::new();
     for seed in seeds {
         let cfg = config(seed);
         let r = run(&cfg);
+        keep_report(&r);
         if !r.ok {
             failures.push(format!(
                 "seed {seed}: {} [{}]\n    impair {:?} bytes {} conns {} hosts {} oneway {}",
