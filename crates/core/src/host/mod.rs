@@ -38,7 +38,7 @@ use crate::ip::reassembly::{ReasmConfig, Reassembler};
 use crate::ip::route::{IfaceId, Route, RouteError, RouteTable};
 use crate::params::{ParamError, Params};
 use crate::tcp::isn::IsnGenerator;
-use crate::tcp::{Events, TcbStats, TcpSettings};
+use crate::tcp::{Endpoint, Events, TcbStats, TcpSettings};
 use crate::time::Instant;
 use crate::udp::UdpEndpoint;
 use crate::wire::MacAddr;
@@ -213,6 +213,8 @@ pub struct Host {
     pub(crate) pings: VecDeque<PingReply>,
     pub(crate) next_port: u32,
     pub(crate) stats: HostStats,
+    /// What happens to segments before a connection takes them, and its counters.
+    pub(crate) endpoint: Endpoint,
     pub(crate) gone_tcb_stats: TcbStats,
     /// TCP runs outside (see [`TcpUpcall`]).
     pub(crate) tcp_external: bool,
@@ -295,6 +297,7 @@ impl Host {
             pings: VecDeque::new(),
             next_port: 0,
             stats: HostStats::default(),
+            endpoint: Endpoint::default(),
             gone_tcb_stats: TcbStats::default(),
             tcp_external: false,
             tcp_up: VecDeque::new(),
@@ -530,6 +533,7 @@ impl Host {
             }
         }
         s.tcp.add_tcb(&all);
+        s.tcp.add_endpoint(&self.endpoint.stats);
         // Packets lost with unresolved neighbours evicted from a full ARP table.
         s.ip.out_discards += self.arp.evicted_packets();
         let g = self.gro.stats();

@@ -359,17 +359,7 @@ impl Host {
 
     /// The source address to use towards `dst`, and the path MTU.
     pub fn source_for(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u32)> {
-        if dst.is_loopback() {
-            return Some((Ipv4Addr::LOCALHOST, 65_535));
-        }
-        if let Some(i) = self.ifaces.iter().find(|i| i.addr == dst) {
-            // Our own address: delivered internally, like Linux's `lo`.
-            return Some((i.addr, 65_535));
-        }
-        let r = self.routes.lookup(dst)?;
-        let ifc = self.ifaces.get(usize::from(r.iface.0))?;
-        let mtu = r.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu);
-        Some((ifc.addr, mtu))
+        source_for(&self.ifaces, &self.routes, dst)
     }
 
     /// Sends an ICMP message from `src` to `dst`.
@@ -603,4 +593,24 @@ fn fill_tcp_checksum(frame: &mut [u8]) {
     if ip.protocol == ip_proto::TCP && end >= start + TCP_HEADER_LEN {
         TcpRepr::fill_checksum(&mut frame[start..end], ip.src, ip.dst);
     }
+}
+
+/// [`Host::source_for`] over the interfaces and routes alone (for borrowers of the rest
+/// of the host).
+pub(crate) fn source_for(
+    ifaces: &[super::Interface],
+    routes: &crate::ip::route::RouteTable,
+    dst: Ipv4Addr,
+) -> Option<(Ipv4Addr, u32)> {
+    if dst.is_loopback() {
+        return Some((Ipv4Addr::LOCALHOST, 65_535));
+    }
+    if let Some(i) = ifaces.iter().find(|i| i.addr == dst) {
+        // Our own address: delivered internally, like Linux's `lo`.
+        return Some((i.addr, 65_535));
+    }
+    let r = routes.lookup(dst)?;
+    let ifc = ifaces.get(usize::from(r.iface.0))?;
+    let mtu = r.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu);
+    Some((ifc.addr, mtu))
 }

@@ -5,7 +5,7 @@
 //! of every connection's own [`TcbStats`] (live ones plus those already gone) and a few
 //! host-level events (listen drops, RSTs to closed ports).
 
-use crate::tcp::TcbStats;
+use crate::tcp::{EndpointStats, TcbStats};
 
 macro_rules! mib {
     ($(#[$doc:meta])* $name:ident { $( $field:ident => $kname:literal, )* }) => {
@@ -131,6 +131,27 @@ mib!(
 );
 
 impl TcpStats {
+    /// Adds the counters of an owner's TCP endpoint (segments that reached no
+    /// connection, listeners, SYN cookies, the stack-wide bounds).
+    pub fn add_endpoint(&mut self, e: &EndpointStats) {
+        self.in_segs += e.in_segs;
+        self.in_errs += e.in_errs;
+        self.in_closed += e.in_closed;
+        self.out_rsts += e.out_rsts;
+        // The RSTs and cookie SYN,ACKs that belong to no connection.
+        self.out_segs += e.out_rsts + e.syncookies_sent;
+        self.rst_rate_limited += e.rst_rate_limited;
+        self.passive_opens += e.passive_opens;
+        self.listen_drop += e.listen_drop;
+        self.listen_drop_q0 += e.listen_drop_q0;
+        self.syncookies_sent += e.syncookies_sent;
+        self.syncookies_recv += e.syncookies_recv;
+        self.syncookies_failed += e.syncookies_failed;
+        self.conn_limit_drops += e.conn_limit_drops;
+        self.mem_drops += e.mem_drops;
+        self.time_wait_reuse += e.time_wait_reuse;
+    }
+
     /// Adds one connection's counters.
     pub fn add_tcb(&mut self, s: &TcbStats) {
         self.in_segs += s.segs_in;

@@ -7,13 +7,19 @@
 //! that touched it, or once at the end of a receive batch that did
 //! ([`Host::receive_batch`]), and its earliest deadline is kept in the host's timer set.
 
-use super::output::{datagram_buffer, plain_header, HEADROOM};
-use super::{ConnId, Host, ListenerId, SocketEvent};
+use super::output::{datagram_buffer, plain_header, source_for, HEADROOM};
+use super::slab::Slab;
+use super::{ConnId, Host, Interface, ListenerId, SocketEvent};
+use crate::icmp::ratelimit::TokenBucket;
+use crate::ip::route::RouteTable;
+use crate::params::Params;
+use crate::tcp::endpoint::{self, Action, Arrival, Context, ListenerView, Route};
+use crate::tcp::isn::IsnGenerator;
 use crate::tcp::tcb::ConnSpec;
-use crate::tcp::{Events, SeqNum, Tcb, TcbInfo};
+use crate::tcp::{Events, Tcb, TcbInfo, TcpSettings};
 use crate::time::Instant;
 use crate::wire::{icmp_unreach, ip_proto, Ipv4Repr, TcpRepr, IPV4_HEADER_LEN};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -55,10 +61,96 @@ pub struct Listener {
     pub(crate) cookie_at: Option<Instant>,
 }
 
+/// What the TCP endpoint reads of the host: its listeners, routes and limits, borrowed
+/// field by field so that the connection a segment found stays borrowed beside it.
+struct HostContext<'a> {
+    listeners: &'a Slab<Listener>,
+    listener_by_addr: &'a HashMap<SocketAddrV4, ListenerId>,
+    ifaces: &'a [Interface],
+    routes: &'a RouteTable,
+    params: &'a Params,
+    tcp_set: &'a TcpSettings,
+    isn: &'a IsnGenerator,
+    rst_bucket: &'a mut TokenBucket,
+    conns: usize,
+    mem_used: usize,
+}
+
+impl Context for HostContext<'_> {
+    type Listener = ListenerId;
+
+    fn listener(&self, local: SocketAddrV4) -> Option<(ListenerId, ListenerView)> {
+        let lid = find_listener(self.listener_by_addr, local)?;
+        let l = self.listeners.get(lid.0)?;
+        Some((
+            lid,
+            ListenerView {
+                backlog: l.backlog,
+                accept_queued: l.accept_q.len() as u32,
+                syn_queued: l.syn_q,
+                cookie_at: l.cookie_at,
+                user_mss: l.user_mss,
+                // A closed listener is gone from the host at once.
+                closed: false,
+            },
+        ))
+    }
+
+    fn route(&self, remote: Ipv4Addr) -> Option<Route> {
+        // Large segments: every interface takes them (split by `gso_split` or by a TSO
+        // device), and loopback needs no splitting.
+        source_for(self.ifaces, self.routes, remote).map(|(_, mtu)| Route { mtu, lso: true })
+    }
+
+    fn is_local(&self, remote: Ipv4Addr) -> bool {
+        remote.is_loopback() || self.ifaces.iter().any(|i| i.addr == remote)
+    }
+
+    fn conn_room(&self) -> bool {
+        self.conns < self.params.tcp_max_conns as usize
+    }
+
+    fn mem_full(&self) -> bool {
+        self.mem_used > self.params.tcp_mem_max as usize * 1024
+    }
+
+    fn rst_allowed(&mut self, now: Instant) -> bool {
+        self.rst_bucket.allow(now)
+    }
+
+    fn isn(&self) -> &IsnGenerator {
+        self.isn
+    }
+
+    fn settings(&self) -> TcpSettings {
+        self.tcp_set.clone()
+    }
+
+    fn syncookies(&self) -> u32 {
+        self.params.tcp_syncookies
+    }
+
+    fn syn_queue_max(&self) -> u32 {
+        self.params.tcp_conn_req_max_q0
+    }
+}
+
+/// A listener for `local`: the exact address first, then the wildcard.
+fn find_listener(
+    by_addr: &HashMap<SocketAddrV4, ListenerId>,
+    local: SocketAddrV4,
+) -> Option<ListenerId> {
+    by_addr
+        .get(&local)
+        .or_else(|| by_addr.get(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port())))
+        .copied()
+}
+
 impl Host {
     /// A TCP segment arrived (checksum verified) for one of our addresses. `gro`: the
     /// wire segments it stands for and their payload size (`(1, 0)` unless merged by
-    /// receive-side coalescing, see [`Tcb::on_segment_gro`]).
+    /// receive-side coalescing, see [`Tcb::on_segment_gro`]). The endpoint decides what
+    /// becomes of it ([`Endpoint::handle_segment`]); this carries that out.
     pub(crate) fn tcp_input(
         &mut self,
         now: Instant,
@@ -68,66 +160,81 @@ impl Host {
         payload: &[u8],
         gro: (u16, u16),
     ) {
-        let wire_segs = u64::from(gro.0.max(1));
-        if seg.src_port == 0 || seg.dst_port == 0 {
-            self.stats.tcp.in_segs += wire_segs;
-            self.stats.tcp.in_errs += wire_segs;
-            return;
-        }
         let local = SocketAddrV4::new(dst, seg.dst_port);
         let remote = SocketAddrV4::new(src, seg.src_port);
-        let Some(&id) = self.by_tuple.get(&(local, remote)) else {
-            // Segments that reach no connection are counted here; a Tcb counts its own
-            // (RFC 4022 tcpInSegs).
-            self.stats.tcp.in_segs += wire_segs;
-            match self.find_listener(local) {
-                Some(lid) => self.listen_input(now, lid, local, remote, seg, payload, None),
-                None => {
-                    self.stats.tcp.in_closed += 1;
-                    self.reply_rst(now, local, remote, seg, payload);
-                }
-            }
-            return;
+        let id = self.by_tuple.get(&(local, remote)).copied();
+        let arrival = Arrival {
+            local,
+            remote,
+            seg,
+            payload,
+            wire_segs: gro.0,
         };
-        let reopen = self
-            .conns
-            .get(id.0)
-            .is_some_and(|c| c.tcb.time_wait_accepts_syn(seg));
-        if reopen {
-            if let Some(lid) = self.find_listener(local) {
-                // RFC 6191: a new incarnation may take over a TIME-WAIT connection;
-                // its ISN lies well beyond the old connection's sequence space.
-                let old_nxt = self
-                    .conns
-                    .get(id.0)
-                    .map(|c| c.tcb.snd_nxt())
-                    .unwrap_or_default();
+        let verdict = {
+            let found = id.and_then(|id| self.conns.get(id.0)).map(|c| &c.tcb);
+            let mut ctx = HostContext {
+                listeners: &self.listeners,
+                listener_by_addr: &self.listener_by_addr,
+                ifaces: &self.ifaces,
+                routes: &self.routes,
+                params: &self.params,
+                tcp_set: &self.tcp_set,
+                isn: &self.isn,
+                rst_bucket: &mut self.rst_bucket,
+                conns: self.conns.len(),
+                mem_used: self.tcp_mem_used,
+            };
+            self.endpoint.handle_segment(&mut ctx, now, found, &arrival)
+        };
+        if verdict.retire_found {
+            if let Some(id) = id {
                 self.remove_conn(id);
-                self.stats.tcp.in_segs += 1;
-                self.stats.tcp.time_wait_reuse += 1;
-                self.listen_input(
-                    now,
-                    lid,
-                    local,
-                    remote,
-                    seg,
-                    payload,
-                    Some(old_nxt + 65_537 * 2),
-                );
-                return;
             }
         }
-        if !payload.is_empty() && self.tcp_mem_used > self.params.tcp_mem_max as usize * 1024 {
-            // `tcp_mem_max`: the connections hold all the memory they may. The data is
-            // dropped unacknowledged (the peer sends it again); the ACK, window and other
-            // fields are still taken.
-            self.stats.tcp.mem_drops += 1;
-            let mut bare = *seg;
-            bare.flags = crate::wire::TcpFlags(seg.flags.0 & !crate::wire::TcpFlags::FIN.0);
-            if let Some(c) = self.conns.get_mut(id.0) {
-                c.tcb.on_segment(now, &bare, &[]);
+        match verdict.action {
+            Action::Deliver { strip_data } => {
+                if let Some(id) = id {
+                    self.tcp_deliver(now, id, seg, payload, gro, strip_data);
+                }
             }
-        } else if let Some(c) = self.conns.get_mut(id.0) {
+            Action::Accept {
+                listener,
+                tcb,
+                cookie,
+            } => {
+                let id = self.add_passive(listener, local, remote, *tcb);
+                if cookie {
+                    self.endpoint.stats.syncookies_recv += 1;
+                }
+                self.flush_conn(now, id);
+            }
+            Action::Reply { repr, cookie_for } => {
+                if let Some(l) = cookie_for.and_then(|lid| self.listeners.get_mut(lid.0)) {
+                    l.cookie_at = Some(now);
+                }
+                self.send_tcp_repr(now, dst, src, &repr, &[]);
+            }
+            Action::Drop => {}
+        }
+    }
+
+    /// Gives a segment to its connection; `strip_data`: only its header (`tcp_mem_max`,
+    /// see [`endpoint::strip_data`]).
+    fn tcp_deliver(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        seg: &TcpRepr,
+        payload: &[u8],
+        gro: (u16, u16),
+        strip_data: bool,
+    ) {
+        let Some(c) = self.conns.get_mut(id.0) else {
+            return;
+        };
+        if strip_data {
+            c.tcb.on_segment(now, &endpoint::strip_data(seg), &[]);
+        } else {
             c.tcb.on_segment_gro(now, seg, payload, gro.0, gro.1);
         }
         if self.tcp_batch {
@@ -147,38 +254,7 @@ impl Host {
 
     /// Exact address first, then the wildcard.
     fn find_listener(&self, local: SocketAddrV4) -> Option<ListenerId> {
-        self.listener_by_addr
-            .get(&local)
-            .or_else(|| {
-                self.listener_by_addr
-                    .get(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()))
-            })
-            .copied()
-    }
-
-    /// RFC 9293 §3.10.7.1 (CLOSED): answer with a RST unless the segment is a RST.
-    /// As FireEngine's classifier does, segments with URG get no answer either.
-    /// RSTs to the network are rate-limited (`tcp_rst_sent_rate`, Solaris); RSTs to our
-    /// own addresses are not (a local connect to a closed port is refused at once, as
-    /// on Linux, which limits no RST).
-    fn reply_rst(
-        &mut self,
-        now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-        payload: &[u8],
-    ) {
-        let Some(r) = seg.reset_reply(payload.len()) else {
-            return;
-        };
-        if !self.is_local_addr(*remote.ip()) && !self.rst_bucket.allow(now) {
-            self.stats.tcp.rst_rate_limited += 1;
-            return;
-        }
-        self.stats.tcp.out_rsts += 1;
-        self.stats.tcp.out_segs += 1;
-        self.send_tcp_repr(now, *local.ip(), *remote.ip(), &r, &[]);
+        find_listener(&self.listener_by_addr, local)
     }
 
     /// Builds and sends one segment that belongs to no `Tcb`.
@@ -202,75 +278,6 @@ impl Host {
         let _ = self.ip_output(now, f);
     }
 
-    /// RFC 9293 §3.10.7.2 (LISTEN).
-    #[allow(clippy::too_many_arguments)]
-    fn listen_input(
-        &mut self,
-        now: Instant,
-        lid: ListenerId,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-        payload: &[u8],
-        iss: Option<SeqNum>,
-    ) {
-        match crate::tcp::ListenVerdict::of(seg) {
-            crate::tcp::ListenVerdict::Ignore => return,
-            crate::tcp::ListenVerdict::Reset => {
-                if !self.cookie_ack(now, lid, local, remote, seg, payload) {
-                    self.reply_rst(now, local, remote, seg, payload);
-                }
-                return;
-            }
-            crate::tcp::ListenVerdict::Open => {}
-        }
-        let Some(l) = self.listeners.get(lid.0) else {
-            return;
-        };
-        if l.accept_q.len() as u32 >= l.backlog {
-            self.stats.tcp.listen_drop += 1;
-            return;
-        }
-        let cookies = self.params.tcp_syncookies;
-        let q0_full = l.syn_q >= self.params.tcp_conn_req_max_q0;
-        if q0_full && cookies == 0 {
-            self.stats.tcp.listen_drop_q0 += 1;
-            return;
-        }
-        let user_mss = l.user_mss;
-        let Some((_, mtu)) = self.source_for(*remote.ip()) else {
-            return;
-        };
-        if self.conns.len() >= self.params.tcp_max_conns as usize {
-            // `tcp_max_conns`: not even a cookie (its ACK would find no room either).
-            self.stats.tcp.conn_limit_drops += 1;
-            return;
-        }
-        if (q0_full || cookies == 2) && iss.is_none() {
-            self.send_cookie(now, lid, local, remote, seg, mtu, user_mss);
-            return;
-        }
-        let iss = iss.unwrap_or_else(|| self.isn.isn(now, local, remote));
-        let spec = ConnSpec {
-            local,
-            remote,
-            iss,
-            ts_offset: self.isn.ts_offset(local, remote),
-            mtu,
-        };
-        // Any text on the SYN is not taken (no TCP Fast Open); the peer retransmits it.
-        let mut tcb = Tcb::accept(now, spec, self.tcp_set.clone(), seg);
-        // Large segments: every interface takes them (split by `gso_split` or by a TSO
-        // device), and loopback needs no splitting.
-        tcb.set_lso_max(self.tcp_set.lso_max);
-        if let Some(m) = user_mss {
-            // Range-checked when it was set.
-            let _ = tcb.set_user_mss(m);
-        }
-        let id = self.add_passive(lid, local, remote, tcb);
-        self.flush_conn(now, id);
-    }
-
     /// A passive connection in SYN-RECEIVED joins the host and its listener's SYN queue.
     fn add_passive(
         &mut self,
@@ -292,90 +299,8 @@ impl Host {
             l.syn_q += 1;
         }
         self.by_tuple.insert((local, remote), id);
-        self.stats.tcp.passive_opens += 1;
+        self.endpoint.stats.passive_opens += 1;
         id
-    }
-
-    /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
-    /// state. The SYN,ACK is the one `Tcb::accept` would send (same window, options and
-    /// MSS), from a `Tcb` dropped right after.
-    #[allow(clippy::too_many_arguments)]
-    fn send_cookie(
-        &mut self,
-        now: Instant,
-        lid: ListenerId,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        syn: &TcpRepr,
-        mtu: u32,
-        user_mss: Option<u32>,
-    ) {
-        let Some(r) = crate::tcp::syncookie::syn_ack(
-            &self.isn,
-            now,
-            local,
-            remote,
-            syn,
-            &self.tcp_set,
-            mtu,
-            user_mss,
-        ) else {
-            return;
-        };
-        if let Some(l) = self.listeners.get_mut(lid.0) {
-            l.cookie_at = Some(now);
-        }
-        self.stats.tcp.syncookies_sent += 1;
-        self.stats.tcp.out_segs += 1;
-        self.send_tcp_repr(now, *local.ip(), *remote.ip(), &r, &[]);
-    }
-
-    /// RFC 4987 §3.6: an ACK at a listener that may return a cookie. If it does, the
-    /// connection is rebuilt in SYN-RECEIVED and the ACK completes it; returns whether
-    /// the segment was taken (a valid cookie with a full accept queue is dropped, as
-    /// Linux does: the peer's retransmission tries again).
-    fn cookie_ack(
-        &mut self,
-        now: Instant,
-        lid: ListenerId,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-        payload: &[u8],
-    ) -> bool {
-        let Some(l) = self.listeners.get(lid.0) else {
-            return false;
-        };
-        if !crate::tcp::syncookie::checks_acks(self.params.tcp_syncookies, l.cookie_at, now) {
-            return false;
-        }
-        let Some((_, mtu)) = self.source_for(*remote.ip()) else {
-            return false;
-        };
-        let set = &self.tcp_set;
-        let Some(mut tcb) =
-            crate::tcp::syncookie::rebuild(&self.isn, now, local, remote, seg, set, mtu)
-        else {
-            self.stats.tcp.syncookies_failed += 1;
-            return false;
-        };
-        if l.accept_q.len() as u32 >= l.backlog {
-            self.stats.tcp.listen_drop += 1;
-            return true;
-        }
-        if self.conns.len() >= self.params.tcp_max_conns as usize {
-            self.stats.tcp.conn_limit_drops += 1;
-            return true;
-        }
-        tcb.set_lso_max(set.lso_max);
-        if let Some(m) = l.user_mss {
-            let _ = tcb.set_user_mss(m);
-        }
-        tcb.on_segment(now, seg, payload);
-        let id = self.add_passive(lid, local, remote, tcb);
-        self.stats.tcp.syncookies_recv += 1;
-        self.flush_conn(now, id);
-        true
     }
 
     /// An ICMP destination unreachable quoting one of our segments (RFC 5927 §4.1: the

@@ -30,6 +30,7 @@
 
 pub mod assembler;
 pub mod cc;
+pub mod endpoint;
 pub mod isn;
 pub mod rtt;
 pub mod sack;
@@ -45,6 +46,7 @@ pub mod rack;
 pub mod tcb;
 mod timers;
 
+pub use endpoint::{Endpoint, EndpointStats, ListenVerdict};
 pub use fusion::FuseRefusal;
 pub use info::{Chrono, ChronoState};
 pub use seq::SeqNum;
@@ -340,32 +342,5 @@ impl TcpSettings {
 impl Default for TcpSettings {
     fn default() -> Self {
         TcpSettings::from_params(&Params::default())
-    }
-}
-
-/// What a listener does with a segment (RFC 9293 §3.10.7.2, LISTEN state).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListenVerdict {
-    /// Drop it: a RST, a segment with neither SYN nor ACK, or SYN+FIN (dropped, as Linux).
-    Ignore,
-    /// An ACK: answer `<SEQ=SEG.ACK><CTL=RST>`.
-    Reset,
-    /// A SYN: create a connection in SYN-RECEIVED.
-    Open,
-}
-
-impl ListenVerdict {
-    /// The verdict for `seg` arriving at a listener.
-    pub fn of(seg: &crate::wire::TcpRepr) -> ListenVerdict {
-        let f = seg.flags;
-        if f.rst() {
-            ListenVerdict::Ignore
-        } else if f.ack() {
-            ListenVerdict::Reset
-        } else if f.syn() && !f.fin() {
-            ListenVerdict::Open
-        } else {
-            ListenVerdict::Ignore
-        }
     }
 }

@@ -32,7 +32,6 @@ pub use txq::TxStats;
 
 use crate::classifier::{Classifier, Tuple};
 use crate::dev::Device;
-use crate::socket::ListenerShared;
 use crate::squeue::{Mode, SqCounters, Squeue};
 use ember_core::host::{rst_bucket, Host, HostStats, Interface, TcpUpcall};
 use ember_core::icmp::ratelimit::TokenBucket;
@@ -557,18 +556,6 @@ impl StackInner {
         let _ = self
             .conns_now
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-    }
-
-    /// The listener for `local` that takes new connections: none once it is being
-    /// closed, or the whole stack is. A segment for it is then answered as at a closed
-    /// port (a RST), as Linux answers once a listener's socket is unhashed.
-    pub(crate) fn open_listener(&self, local: SocketAddrV4) -> Option<Arc<ListenerShared>> {
-        if self.closing.load(Ordering::SeqCst) {
-            return None;
-        }
-        self.classifier
-            .listener(local)
-            .filter(|l| !l.closed.load(Ordering::SeqCst))
     }
 
     /// The connections' queues are over `tcp_mem_max`.
@@ -1167,13 +1154,15 @@ impl Stack {
             ..StackStats::default()
         };
         let mut all_tcb = ember_core::tcp::TcbStats::default();
+        let mut endpoint = ember_core::tcp::EndpointStats::default();
         for sq in &self.inner.squeues {
-            let (tcbs, estab, ps, tx) = sq.with(|p: &mut Perim| {
+            let (tcbs, estab, ps, es, tx) = sq.with(|p: &mut Perim| {
                 let (s, e) = p.tcb_stats();
-                (s, e, p.stats, p.tx.stats())
+                (s, e, p.stats, p.endpoint.stats, p.tx.stats())
             });
             out.tx += tx;
             all_tcb.accumulate(&tcbs);
+            endpoint.accumulate(&es);
             out.host.tcp.curr_estab += estab;
             let t = &mut out.tcp;
             macro_rules! add {
@@ -1192,20 +1181,6 @@ impl Stack {
                 fusion_bytes,
                 fusion_rrw_stops,
                 active_opens,
-                passive_opens,
-                listen_drop,
-                listen_drop_q0,
-                syncookies_sent,
-                syncookies_recv,
-                syncookies_failed,
-                conn_limit_drops,
-                mem_drops,
-                in_closed,
-                in_segs_noconn,
-                in_errs,
-                out_rsts_noconn,
-                rst_rate_limited,
-                time_wait_reuse,
                 lo_segs,
                 ip_lo_out,
                 ip_lo_in,
@@ -1223,24 +1198,9 @@ impl Stack {
         let h = &mut out.host.tcp;
         h.add_tcb(&all_tcb);
         h.active_opens += out.tcp.active_opens;
-        h.passive_opens += out.tcp.passive_opens;
-        h.listen_drop += out.tcp.listen_drop;
-        h.listen_drop_q0 += out.tcp.listen_drop_q0;
-        h.syncookies_sent += out.tcp.syncookies_sent;
-        h.syncookies_recv += out.tcp.syncookies_recv;
-        h.syncookies_failed += out.tcp.syncookies_failed;
-        h.conn_limit_drops += out.tcp.conn_limit_drops;
+        h.add_endpoint(&endpoint);
         h.conns_now = u64::from(self.inner.conns_now.load(Ordering::Relaxed));
         h.mem_bytes = self.inner.tcp_mem_used.load(Ordering::Relaxed);
-        h.mem_drops += out.tcp.mem_drops;
-        h.out_segs += out.tcp.syncookies_sent;
-        h.in_closed += out.tcp.in_closed;
-        h.in_segs += out.tcp.in_segs_noconn;
-        h.in_errs += out.tcp.in_errs;
-        h.out_rsts += out.tcp.out_rsts_noconn;
-        h.out_segs += out.tcp.out_rsts_noconn;
-        h.time_wait_reuse += out.tcp.time_wait_reuse;
-        h.rst_rate_limited += out.tcp.rst_rate_limited;
         out
     }
 

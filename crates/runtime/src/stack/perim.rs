@@ -30,9 +30,10 @@ use crate::squeue::Perimeter;
 use ember_core::host::slab::Slab;
 use ember_core::host::{Key, HEADROOM};
 use ember_core::ip::route::IfaceId;
-use ember_core::tcp::syncookie;
+use ember_core::tcp::endpoint::{self, Action, Arrival, Context, Endpoint, ListenerView, Route};
+use ember_core::tcp::isn::IsnGenerator;
 use ember_core::tcp::tcb::ConnSpec;
-use ember_core::tcp::{Events, ListenVerdict, SeqNum, State, Tcb, TcbInfo, TcbStats, TcpError};
+use ember_core::tcp::{Events, State, Tcb, TcbInfo, TcbStats, TcpError, TcpSettings};
 use ember_core::time::Instant;
 use ember_core::wire::{
     ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpRepr, ETHERNET_HEADER_LEN,
@@ -146,6 +147,15 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Forgets its fused peer and the fused flow control that stopped it.
+    fn leave_fusion(&mut self) {
+        self.peer = None;
+        self.flowctl_rrw = false;
+        self.flowctl_full = false;
+    }
+}
+
 /// A TCP segment in flight inside the stack (loopback) or from a device.
 pub(crate) struct Seg {
     pub src: Ipv4Addr,
@@ -179,20 +189,6 @@ pub struct PerimStats {
     pub fusion_bytes: u64,
     pub fusion_rrw_stops: u64,
     pub active_opens: u64,
-    pub passive_opens: u64,
-    pub listen_drop: u64,
-    pub listen_drop_q0: u64,
-    pub syncookies_sent: u64,
-    pub syncookies_recv: u64,
-    pub syncookies_failed: u64,
-    pub conn_limit_drops: u64,
-    pub mem_drops: u64,
-    pub in_closed: u64,
-    pub in_segs_noconn: u64,
-    pub in_errs: u64,
-    pub out_rsts_noconn: u64,
-    pub rst_rate_limited: u64,
-    pub time_wait_reuse: u64,
     pub lo_segs: u64,
     /// Loopback datagrams through IP (counted into ipOutRequests / ipInReceives /
     /// ipInDelivers: the loopback path has no IP header, but it is IP traffic).
@@ -203,6 +199,69 @@ pub struct PerimStats {
     pub filtered: u64,
 }
 
+/// What the TCP endpoint reads of the stack, for a segment one squeue received.
+struct SquContext<'a> {
+    st: &'a StackInner,
+}
+
+impl Context for SquContext<'_> {
+    type Listener = Arc<ListenerShared>;
+
+    fn listener(&self, local: SocketAddrV4) -> Option<(Arc<ListenerShared>, ListenerView)> {
+        let l = self.st.classifier.listener(local)?;
+        let cookie_at = l.cookie_at.load(Ordering::Relaxed);
+        let view = ListenerView {
+            backlog: l.backlog.load(Ordering::Relaxed),
+            accept_queued: l.accept_q.lock().len() as u32,
+            syn_queued: l.syn_q.load(Ordering::Relaxed),
+            cookie_at: cookie_at.checked_sub(1).map(Instant::from_millis),
+            user_mss: l.user_mss(),
+            // Being closed, or the whole stack is (`Stack::shutdown`).
+            closed: l.closed.load(Ordering::SeqCst) || self.st.closing.load(Ordering::SeqCst),
+        };
+        Some((l, view))
+    }
+
+    fn route(&self, remote: Ipv4Addr) -> Option<Route> {
+        // Large segments for a device (loopback segments are 64 KiB already).
+        self.st
+            .source_for(remote)
+            .map(|(_, mtu, local)| Route { mtu, lso: !local })
+    }
+
+    fn is_local(&self, remote: Ipv4Addr) -> bool {
+        self.st.is_local_addr(remote)
+    }
+
+    fn conn_room(&self) -> bool {
+        self.st.conn_room()
+    }
+
+    fn mem_full(&self) -> bool {
+        self.st.tcp_mem_full()
+    }
+
+    fn rst_allowed(&mut self, now: Instant) -> bool {
+        self.st.rst_allowed(now)
+    }
+
+    fn isn(&self) -> &IsnGenerator {
+        &self.st.isn
+    }
+
+    fn settings(&self) -> TcpSettings {
+        self.st.tcp_settings()
+    }
+
+    fn syncookies(&self) -> u32 {
+        self.st.params().tcp_syncookies
+    }
+
+    fn syn_queue_max(&self) -> u32 {
+        self.st.params().tcp_conn_req_max_q0
+    }
+}
+
 pub(crate) struct Perim {
     pub id: usize,
     pub st: Weak<StackInner>,
@@ -211,6 +270,8 @@ pub(crate) struct Perim {
     fired: Vec<Key>,
     lo: VecDeque<Seg>,
     pub stats: PerimStats,
+    /// What happens to segments before a connection takes them, and its counters.
+    pub endpoint: Endpoint,
     pub gone: TcbStats,
     /// Devices whose receive side this squeue services.
     pub rx_devs: Vec<(IfaceId, Arc<dyn crate::dev::Device>)>,
@@ -248,6 +309,7 @@ impl Perim {
             fired: Vec::new(),
             lo: VecDeque::new(),
             stats: PerimStats::default(),
+            endpoint: Endpoint::default(),
             gone: TcbStats::default(),
             rx_devs: Vec::new(),
             rx_buf: Vec::new(),
@@ -286,20 +348,18 @@ impl Perim {
     // Input.
     // ---------------------------------------------------------------------------------
 
-    /// A segment for this stack, classified here (this squeue received it).
+    /// A segment for this stack, classified here (this squeue received it). The
+    /// endpoint decides what becomes of it ([`Endpoint::handle_segment`]); this carries
+    /// that out.
     pub fn input(&mut self, st: &StackInner, now: Instant, seg: Seg) {
         if seg.lo {
             self.stats.ip_lo_in += 1;
         }
         let Ok((repr, payload)) = TcpRepr::parse(&seg.bytes, seg.src, seg.dst, !seg.csum_ok) else {
-            self.stats.in_segs_noconn += 1;
-            self.stats.in_errs += 1;
+            self.endpoint.stats.in_segs += 1;
+            self.endpoint.stats.in_errs += 1;
             return;
         };
-        if repr.src_port == 0 || repr.dst_port == 0 {
-            self.stats.in_errs += 1;
-            return;
-        }
         let local = SocketAddrV4::new(seg.dst, repr.dst_port);
         let remote = SocketAddrV4::new(seg.src, repr.src_port);
         if st.filtered(ip_proto::TCP, remote, local) {
@@ -307,104 +367,107 @@ impl Perim {
             return;
         }
         st.probe(self.id, Probe::IpReceive, local, remote, seg.bytes.len());
-        match st.classifier.lookup(&(local, remote)) {
-            Some(loc) if loc.sq == self.id => {
-                let pieces = (seg.segs, seg.gso_size);
-                self.conn_input(st, now, loc.key, local, remote, &repr, payload, pieces);
-            }
-            Some(loc) => {
+        let key = match st.classifier.lookup(&(local, remote)) {
+            Some(loc) if loc.sq != self.id => {
                 // Another squeue's connection (a device queue fans out by flow hash).
                 self.stats.cross_sq += 1;
                 st.to_squeue(loc.sq, loc.key.as_u64(), seg);
+                return;
             }
-            None => {
-                self.stats.in_segs_noconn += 1;
-                match st.open_listener(local) {
-                    Some(l) => self.listen_input(st, now, &l, local, remote, &repr, payload, None),
-                    None => {
-                        self.stats.in_closed += 1;
-                        if repr.flags.syn() && !repr.flags.ack() {
-                            st.probe(self.id, Probe::AcceptRefused, local, remote, 0);
-                        }
-                        self.reply_rst(st, now, local, remote, &repr, payload);
-                    }
+            found => found.map(|loc| loc.key),
+        };
+        let arrival = Arrival {
+            local,
+            remote,
+            seg: &repr,
+            payload,
+            wire_segs: seg.segs,
+        };
+        let found = key.and_then(|k| self.conns.get(k)).map(|c| &c.tcb);
+        let verdict = self
+            .endpoint
+            .handle_segment(&mut SquContext { st }, now, found, &arrival);
+        if verdict.retire_found {
+            if let Some(k) = key {
+                self.remove(st, k);
+            }
+        }
+        if verdict.closed_port && repr.flags.syn() && !repr.flags.ack() {
+            st.probe(self.id, Probe::AcceptRefused, local, remote, 0);
+        }
+        match verdict.action {
+            Action::Deliver { strip_data } => {
+                if let Some(k) = key {
+                    let pieces = (seg.segs, seg.gso_size);
+                    self.deliver(st, now, k, &arrival, pieces, strip_data);
                 }
             }
+            Action::Accept {
+                listener,
+                tcb,
+                cookie,
+            } => {
+                let Some(k) = self.add_passive(st, &listener, *tcb) else {
+                    return;
+                };
+                if cookie {
+                    // The rebuilt connection has taken the ACK that returned the cookie.
+                    self.endpoint.stats.syncookies_recv += 1;
+                    st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
+                }
+                self.flush(st, now, k);
+            }
+            Action::Reply { repr, cookie_for } => {
+                if let Some(l) = cookie_for {
+                    l.cookie_at.store(now.as_millis() + 1, Ordering::Relaxed);
+                }
+                self.send_bare(st, now, local, remote, &repr);
+            }
+            Action::Drop => {}
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn conn_input(
+    /// Gives a segment to its connection, which flushes now or at the end of the device
+    /// batch. `strip_data`: only its header (`tcp_mem_max`, see
+    /// [`endpoint::strip_data`]).
+    fn deliver(
         &mut self,
         st: &StackInner,
         now: Instant,
         key: Key,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        repr: &TcpRepr,
-        payload: &[u8],
+        a: &Arrival<'_>,
         (segs, gso_size): (u16, u16),
+        strip_data: bool,
     ) {
-        let Some(c) = self.conns.get(key) else {
-            return;
-        };
-        if c.tcb.time_wait_accepts_syn(repr) {
-            if let Some(l) = st.open_listener(local) {
-                // RFC 6191: a new incarnation takes over a TIME-WAIT connection.
-                let old_nxt = c.tcb.snd_nxt();
-                self.remove(st, key);
-                self.stats.time_wait_reuse += 1;
-                self.listen_input(
-                    st,
-                    now,
-                    &l,
-                    local,
-                    remote,
-                    repr,
-                    payload,
-                    Some(old_nxt + 65_537 * 2),
-                );
-                return;
-            }
-        }
-        if c.peer.is_some() {
+        if self.conns.get(key).is_some_and(|c| c.peer.is_some()) {
             // A real segment for a fused connection: unfuse both ends first.
             self.stats.fusion_aborted += 1;
             self.unfuse(st, now, key);
         }
-        if !payload.is_empty() && st.tcp_mem_full() {
-            // `tcp_mem_max`: the stack's connections hold all the memory they may. The
-            // data is dropped unacknowledged (the peer sends it again); the segment's
-            // ACK, window and other fields are still taken, so connections keep sending.
-            self.stats.mem_drops += 1;
-            let mut bare = *repr;
-            bare.flags =
-                ember_core::wire::TcpFlags(repr.flags.0 & !ember_core::wire::TcpFlags::FIN.0);
-            if let Some(c) = self.conns.get_mut(key) {
-                st.probe(self.id, Probe::TcpReceive, local, remote, 0);
-                c.tcb.on_segment(now, &bare, &[]);
-            }
-            if self.batching {
-                if !self.touched.contains(&key) {
-                    self.touched.push(key);
-                }
-                return;
-            }
-            self.flush(st, now, key);
+        let Some(c) = self.conns.get_mut(key) else {
             return;
-        }
-        if let Some(c) = self.conns.get_mut(key) {
-            st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
+        };
+        if strip_data {
+            st.probe(self.id, Probe::TcpReceive, a.local, a.remote, 0);
+            c.tcb.on_segment(now, &endpoint::strip_data(a.seg), &[]);
+        } else {
+            st.probe(
+                self.id,
+                Probe::TcpReceive,
+                a.local,
+                a.remote,
+                a.payload.len(),
+            );
             if segs > 1 {
                 // Segments coalesced on receive (GRO), or a large loopback segment: the
                 // ACK and counters are those of the pieces.
-                c.tcb.on_segment_gro(now, repr, payload, segs, gso_size);
+                c.tcb.on_segment_gro(now, a.seg, a.payload, segs, gso_size);
             } else {
-                c.tcb.on_segment(now, repr, payload);
+                c.tcb.on_segment(now, a.seg, a.payload);
             }
         }
         if self.batching {
-            if !payload.is_empty() {
+            if !strip_data && !a.payload.is_empty() {
                 // Charged at once, not when the batch ends (`flush` → `after` charges
                 // otherwise): `tcp_mem_max` is then overshot by at most one segment per
                 // squeue.
@@ -440,30 +503,6 @@ impl Perim {
         }
     }
 
-    /// RFC 9293 §3.10.7.1 (CLOSED) as the classifier answers: ACK → RST, RST or URG →
-    /// dropped, SYN (or anything else) → RST|ACK. Rate-limited by `tcp_rst_sent_rate`.
-    fn reply_rst(
-        &mut self,
-        st: &StackInner,
-        now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-        payload: &[u8],
-    ) {
-        let Some(r) = seg.reset_reply(payload.len()) else {
-            return;
-        };
-        // `tcp_rst_sent_rate` protects the network from us; RSTs to our own addresses
-        // stay in the process (a local connect to a closed port is refused at once).
-        if !st.is_local_addr(*remote.ip()) && !st.rst_allowed(now) {
-            self.stats.rst_rate_limited += 1;
-            return;
-        }
-        self.stats.out_rsts_noconn += 1;
-        self.send_bare(st, now, local, remote, &r);
-    }
-
     /// Sends a segment that belongs to no connection (a RST, a cookie SYN,ACK).
     fn send_bare(
         &mut self,
@@ -478,94 +517,16 @@ impl Perim {
         self.output(st, now, None, local, remote, 0, bytes, false, Tx::default());
     }
 
-    /// RFC 9293 §3.10.7.2 (LISTEN): a SYN creates a connection on this squeue, or, when
-    /// the SYN queue is full (`tcp_syncookies`), draws a cookie SYN,ACK (RFC 4987 §3.6);
-    /// an ACK that returns a cookie makes the connection.
-    #[allow(clippy::too_many_arguments)]
-    fn listen_input(
-        &mut self,
-        st: &StackInner,
-        now: Instant,
-        l: &Arc<ListenerShared>,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-        payload: &[u8],
-        iss: Option<SeqNum>,
-    ) {
-        match ListenVerdict::of(seg) {
-            ListenVerdict::Ignore => return,
-            ListenVerdict::Reset => {
-                if !self.cookie_ack(st, now, l, local, remote, seg, payload) {
-                    self.reply_rst(st, now, local, remote, seg, payload);
-                }
-                return;
-            }
-            ListenVerdict::Open => {}
-        }
-        let queued = l.accept_q.lock().len() as u32;
-        if queued >= l.backlog.load(Ordering::Relaxed) {
-            self.stats.listen_drop += 1;
-            return;
-        }
-        let params = st.params();
-        let cookies = params.tcp_syncookies;
-        let q0_full = l.syn_q.load(Ordering::Relaxed) >= params.tcp_conn_req_max_q0;
-        drop(params);
-        if q0_full && cookies == 0 {
-            self.stats.listen_drop_q0 += 1;
-            return;
-        }
-        let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
-            return;
-        };
-        if !st.conn_room() {
-            // `tcp_max_conns`: not even a cookie (its ACK would find no room either).
-            self.stats.conn_limit_drops += 1;
-            return;
-        }
-        if (q0_full || cookies == 2) && iss.is_none() {
-            self.send_cookie(st, now, l, local, remote, seg, mtu);
-            return;
-        }
-        let iss = iss.unwrap_or_else(|| st.isn.isn(now, local, remote));
-        let spec = ConnSpec {
-            local,
-            remote,
-            iss,
-            ts_offset: st.isn.ts_offset(local, remote),
-            mtu,
-        };
-        let tcb = Tcb::accept(now, spec, st.tcp_settings(), seg);
-        let Some(key) = self.add_passive(st, l, local, remote, tcb, is_local) else {
-            return;
-        };
-        self.flush(st, now, key);
-    }
-
-    /// A passive connection in SYN-RECEIVED joins this squeue and its listener's SYN
-    /// queue; `None` (dropped and counted) when the stack holds `tcp_max_conns`.
-    fn add_passive(
-        &mut self,
-        st: &StackInner,
-        l: &Arc<ListenerShared>,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        mut tcb: Tcb,
-        is_local: bool,
-    ) -> Option<Key> {
+    /// A passive connection in SYN-RECEIVED joins this squeue, the classifier and its
+    /// listener's SYN queue; `None` (dropped and counted) when the stack holds
+    /// `tcp_max_conns`.
+    fn add_passive(&mut self, st: &StackInner, l: &Arc<ListenerShared>, tcb: Tcb) -> Option<Key> {
         if !st.take_conn_slot() {
-            self.stats.conn_limit_drops += 1;
+            self.endpoint.stats.conn_limit_drops += 1;
             return None;
         }
-        if !is_local {
-            // Large segments for a device (loopback segments are 64 KiB already).
-            tcb.set_lso_max(st.tcp_settings().lso_max);
-        }
-        if let Some(m) = l.user_mss() {
-            // Range-checked when it was set.
-            let _ = tcb.set_user_mss(m);
-        }
+        let (local, remote) = (tcb.local(), tcb.remote());
+        let is_local = st.is_local_addr(*remote.ip());
         let key = self.conns.next_key();
         let shared = ConnShared::new(self.id, key, local, remote);
         let k = self
@@ -580,75 +541,9 @@ impl Perim {
                 .replace((local, remote), ConnLoc { sq: self.id, key });
         }
         l.syn_q.fetch_add(1, Ordering::Relaxed);
-        self.stats.passive_opens += 1;
+        self.endpoint.stats.passive_opens += 1;
         st.probe(self.id, Probe::AcceptEstablishedPending, local, remote, 0);
         Some(key)
-    }
-
-    /// RFC 4987 §3.6: answers `syn` with a SYN,ACK whose ISS is a cookie, keeping no
-    /// state (`syncookie::syn_ack`).
-    #[allow(clippy::too_many_arguments)]
-    fn send_cookie(
-        &mut self,
-        st: &StackInner,
-        now: Instant,
-        l: &Arc<ListenerShared>,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        syn: &TcpRepr,
-        mtu: u32,
-    ) {
-        let set = st.tcp_settings();
-        let mss = l.user_mss();
-        let Some(r) = syncookie::syn_ack(&st.isn, now, local, remote, syn, &set, mtu, mss) else {
-            return;
-        };
-        l.cookie_at.store(now.as_millis() + 1, Ordering::Relaxed);
-        self.stats.syncookies_sent += 1;
-        self.send_bare(st, now, local, remote, &r);
-    }
-
-    /// RFC 4987 §3.6: an ACK at a listener that may return a cookie. A valid one makes
-    /// the connection, which the ACK completes; returns whether the segment was taken
-    /// (with a full accept queue it is dropped, as Linux does: the peer retransmits).
-    #[allow(clippy::too_many_arguments)]
-    fn cookie_ack(
-        &mut self,
-        st: &StackInner,
-        now: Instant,
-        l: &Arc<ListenerShared>,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-        payload: &[u8],
-    ) -> bool {
-        let at = l.cookie_at.load(Ordering::Relaxed);
-        let last = at.checked_sub(1).map(Instant::from_millis);
-        if !syncookie::checks_acks(st.params().tcp_syncookies, last, now) {
-            return false;
-        }
-        let Some((_, mtu, is_local)) = st.source_for(*remote.ip()) else {
-            return false;
-        };
-        let set = st.tcp_settings();
-        let Some(tcb) = syncookie::rebuild(&st.isn, now, local, remote, seg, &set, mtu) else {
-            self.stats.syncookies_failed += 1;
-            return false;
-        };
-        if l.accept_q.lock().len() as u32 >= l.backlog.load(Ordering::Relaxed) {
-            self.stats.listen_drop += 1;
-            return true;
-        }
-        let Some(key) = self.add_passive(st, l, local, remote, tcb, is_local) else {
-            return true;
-        };
-        self.stats.syncookies_recv += 1;
-        if let Some(c) = self.conns.get_mut(key) {
-            st.probe(self.id, Probe::TcpReceive, local, remote, payload.len());
-            c.tcb.on_segment(now, seg, payload);
-        }
-        self.flush(st, now, key);
-        true
     }
 
     // ---------------------------------------------------------------------------------
@@ -1206,12 +1101,8 @@ impl Perim {
             return;
         };
         Tcb::unfuse_pair(now, &mut a.tcb, &mut b.tcb);
-        a.peer = None;
-        b.peer = None;
-        a.flowctl_rrw = false;
-        b.flowctl_rrw = false;
-        a.flowctl_full = false;
-        b.flowctl_full = false;
+        a.leave_fusion();
+        b.leave_fusion();
         self.stats.fusion_fused_now = self.stats.fusion_fused_now.saturating_sub(1);
         st.probe(self.id, Probe::Unfuse, a.tcb.local(), a.tcb.remote(), 0);
     }
@@ -1503,7 +1394,7 @@ impl Perim {
         let key = self.conns.next_key();
         if !st.take_conn_slot() {
             // `tcp_max_conns`: as Linux when it cannot allocate a socket's memory.
-            self.stats.conn_limit_drops += 1;
+            self.endpoint.stats.conn_limit_drops += 1;
             return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
         }
         if !st
