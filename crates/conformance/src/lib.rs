@@ -31,9 +31,13 @@
 #![deny(unsafe_code)]
 
 pub mod corpus;
+pub mod ember;
 #[allow(unsafe_code)]
 pub mod linux;
 pub mod packets;
 pub mod profile;
 pub mod run;
+pub mod runner;
 pub mod script;
+pub(crate) mod syscalls;
+pub(crate) mod tcp_info;

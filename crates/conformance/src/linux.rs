@@ -63,7 +63,7 @@ use ember_runtime::dev::netns::{self, NetNs};
 use ember_runtime::dev::tap::{self, complete_checksum};
 
 use crate::packets::{build_inbound, match_outbound, BuildError, Flow};
-use crate::run::{
+use crate::runner::{
     assert_text, call_end, check_ret, code_eval, code_names, describe, event_times, fail,
     gso_train, outbound_window, summarize, summarize_in, unsup, us, Outcome, RunResult, Stop,
     Train, DEFAULT_PORT, DEFAULT_TOLERANCE_US, R, REMOTE_PORT,
@@ -683,7 +683,9 @@ fn expect_value(e: Option<&Expr>, what: &str, got: i64) -> R<Option<(String, Str
         _ => e,
     };
     let want = match e.as_word() {
-        Some(n) if n.starts_with('E') && lconst(n).is_none() => Some(crate::run::errno_number(n)),
+        Some(n) if n.starts_with('E') && lconst(n).is_none() => {
+            Some(crate::syscalls::errno_number(n))
+        }
         _ => leval(e)?,
     };
     Ok(match want {
@@ -826,7 +828,7 @@ impl Worker {
                         cc.len() as libc::socklen_t,
                     )
                 };
-                let want = crate::run::eval(&sc.ret).ok().flatten();
+                let want = crate::syscalls::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(fd, want);
                 *new_fd = Some(s);
                 none(Ok(s))
@@ -876,7 +878,7 @@ impl Worker {
                 if r < 0 {
                     return none(Err(errno_name()));
                 }
-                let want = crate::run::eval(&sc.ret).ok().flatten();
+                let want = crate::syscalls::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(r, want);
                 *new_fd = Some(s);
                 none(Ok(s))
@@ -1178,7 +1180,7 @@ impl Worker {
                 // SAFETY: F_SETFD on the descriptor just created (close-on-exec, so shell
                 // lines never inherit it).
                 unsafe { libc::fcntl(r, libc::F_SETFD, libc::FD_CLOEXEC) };
-                let want = crate::run::eval(&sc.ret).ok().flatten();
+                let want = crate::syscalls::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(r, want);
                 none(Ok(s))
             }
