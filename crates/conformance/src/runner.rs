@@ -1,16 +1,17 @@
 //! The runner shared by both backends: verdicts, script time, the packet text of
 //! failure reports, code-block evaluation and the result checks of system calls.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ember_core::Instant;
 
-use crate::packets::{flags_text, Flow, RawSegment};
+use crate::packets::{build_inbound, flags_text, match_outbound, BuildError, Flow, RawSegment};
 use crate::script::{
-    CodeBinOp, CodeBlock, CodeCmpOp, CodeExpr, CodeStmt, CodeStmtKind, EventTime, Packet,
-    PacketBody, Syscall,
+    Action, CodeBinOp, CodeBlock, CodeCmpOp, CodeExpr, CodeStmt, CodeStmtKind, Direction,
+    EventTime, Packet, PacketBody, Script, Syscall,
 };
 use crate::syscalls::{errno_canonical, eval};
 
@@ -504,4 +505,255 @@ pub(crate) fn summarize_in(ip: &[u8], flow: &Flow) -> String {
             ip.get(9).copied().unwrap_or(0)
         ),
     }
+}
+
+// -------------------------------------------------------------------------------------
+// The loop (packetdrill's run.c and run_packet.c; the backends are its netdev and its
+// system-call layer).
+
+/// The state the loop keeps for either backend: the script's flow (relative sequence
+/// numbers and timestamps), the tolerance, the packets the stack sent (stamped with
+/// script time) that no outbound line has claimed yet, the time budget and the trace.
+pub(crate) struct Core {
+    pub(crate) flow: Flow,
+    pub(crate) tol: Duration,
+    pub(crate) captured: VecDeque<(Instant, Vec<u8>)>,
+    pub(crate) max_time: Instant,
+    pub(crate) trace: Vec<String>,
+}
+
+impl Core {
+    pub(crate) fn new(flow: Flow, tol: Duration, max_time: Instant) -> Core {
+        Core {
+            flow,
+            tol,
+            captured: VecDeque::new(),
+            max_time,
+            trace: Vec::new(),
+        }
+    }
+
+    /// A trace line stamped with script time `t` (the trace keeps its last lines).
+    pub(crate) fn log_at(&mut self, t: Instant, s: String) {
+        if self.trace.len() > 4096 {
+            self.trace.drain(..2048);
+        }
+        self.trace.push(format!("{} {s}", us(t)));
+    }
+}
+
+/// Where the loop is when it asks the backend about the blocked system call (see
+/// [`Backend::settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// Before an outbound line (time has not been advanced for it).
+    Outbound,
+    /// At the time of an inbound line, a shell line or a code block.
+    Event,
+    /// At the time of a system call.
+    Syscall,
+    /// After the last line.
+    End,
+}
+
+/// What a backend does for the loop: its clock, its link (inject a datagram, capture
+/// what the stack sends into [`Core::captured`]), its system calls, shell lines and
+/// `tcp_info`. Script parsing, timing windows, packet building and matching, GSO trains,
+/// return-value checks and the verdict are the loop's.
+pub(crate) trait Backend {
+    fn core(&self) -> &Core;
+    fn core_mut(&mut self) -> &mut Core;
+    /// Script time now: virtual time, or the wall clock since script time 0.
+    fn now(&self) -> Instant;
+    /// Lets script time pass until `target`, capturing what the stack sends; returns
+    /// early once more than `stop_after` packets are captured.
+    fn advance(&mut self, target: Instant, stop_after: Option<usize>) -> R<()>;
+    /// Settles the system call still blocked, if any, before the next line at `point`
+    /// (its result, or a failure once it is later than its tolerance).
+    fn settle(&mut self, point: Point) -> R<()>;
+    /// Hands the stack an inbound IPv4 datagram at script time now.
+    fn inject(&mut self, line: u32, ip: Vec<u8>) -> R<()>;
+    /// Performs a system call scripted at `start`, to return at `end` (`...end`) or at
+    /// once.
+    fn syscall(&mut self, line: u32, sc: &Syscall, start: Instant, end: Option<Instant>) -> R<()>;
+    /// A shell line.
+    fn shell(&mut self, line: u32, text: &str) -> R<()>;
+    /// A `%{ }%` code block.
+    fn code(&mut self, block: &CodeBlock) -> R<()>;
+    /// How far apart the packets of one GSO train may leave (see [`gso_train`]).
+    fn gso_gap(&self) -> Duration;
+    /// The packet an outbound line is about to be matched against.
+    fn claimed(&mut self, _ip: &[u8]) {}
+
+    /// A trace line at script time now.
+    fn log(&mut self, s: String) {
+        let t = self.now();
+        self.core_mut().log_at(t, s);
+    }
+}
+
+/// Runs the events of `script` against `b`.
+pub(crate) fn run_events<B: Backend>(b: &mut B, script: &Script) -> R<()> {
+    let mut prev = Instant::ZERO;
+    for ev in &script.events {
+        let max_time = b.core().max_time;
+        let (lo, hi, start) = event_times(ev.time, prev, max_time)?;
+        let base = prev;
+        prev = start;
+        if let Action::Packet(p) = &ev.action {
+            if p.direction == Direction::Outbound {
+                let tol = b.core().tol;
+                let (wlo, whi) = outbound_window(ev.time, (lo, hi), base, tol, max_time);
+                b.settle(Point::Outbound)?;
+                outbound(b, ev.line, p, wlo, whi)?;
+                continue;
+            }
+        }
+        b.advance(start, None)?;
+        b.settle(match ev.action {
+            Action::Syscall(_) => Point::Syscall,
+            _ => Point::Event,
+        })?;
+        match &ev.action {
+            Action::Packet(p) => inbound(b, ev.line, p)?,
+            Action::Syscall(sc) => {
+                let end = call_end(ev.time, sc, base)?;
+                b.log(format!("{}() line {}", sc.name, ev.line));
+                b.syscall(ev.line, sc, start, end)?;
+            }
+            Action::Command(c) => b.shell(c.line, &c.text)?,
+            Action::Code(block) => b.code(block)?,
+        }
+    }
+    b.settle(Point::End)
+}
+
+/// The verdict of a run and the last lines of its trace.
+pub(crate) fn outcome(r: R<()>, trace: &[String]) -> Outcome {
+    let result = match r {
+        Ok(()) => RunResult::Pass,
+        Err(s) => stop_result(s),
+    };
+    let n = trace.len();
+    Outcome {
+        result,
+        detail: trace[n.saturating_sub(12)..].join("\n"),
+    }
+}
+
+/// An inbound line: its datagram, built in the script's flow, goes to the stack now.
+fn inbound<B: Backend>(b: &mut B, line: u32, p: &Packet) -> R<()> {
+    let ip = match build_inbound(p, &mut b.core_mut().flow) {
+        Ok(ip) => ip,
+        Err(BuildError::Unsupported(r)) => return unsup(format!("line {line}: {r}")),
+        Err(e) => return Err(Stop::Error(format!("line {line}: {e}"))),
+    };
+    let s = summarize_in(&ip, &b.core().flow);
+    b.log(format!("< {s}"));
+    b.inject(line, ip)
+}
+
+/// An outbound line: the next packet the stack sent (waiting for one up to `hi`) must
+/// have left in `[lo, hi]` and match the line field by field.
+fn outbound<B: Backend>(b: &mut B, line: u32, p: &Packet, lo: Instant, hi: Instant) -> R<()> {
+    if b.core().captured.is_empty() {
+        b.advance(hi, Some(0))?;
+    }
+    let Some((t, mut bytes)) = b.core_mut().captured.pop_front() else {
+        return fail(
+            line,
+            format!("{} by {}", describe(p), us(hi)),
+            "nothing sent",
+        );
+    };
+    if let PacketBody::Tcp(tp) = &p.body {
+        gso_merge(b, t, &mut bytes, tp.seq.len as usize, hi)?;
+    }
+    b.claimed(&bytes);
+    let flow = &mut b.core_mut().flow;
+    let seen = summarize(&bytes, flow);
+    if t < lo || t > hi {
+        return fail(
+            line,
+            format!("{} in [{}, {}]", describe(p), us(lo), us(hi)),
+            format!("{seen} at {}", us(t)),
+        );
+    }
+    if let Err(m) = match_outbound(p, &bytes, flow) {
+        return fail(
+            line,
+            format!("{} ({}: {})", describe(p), m.field, m.expected),
+            format!("{seen} ({}: {})", m.field, m.actual),
+        );
+    }
+    Ok(())
+}
+
+/// The GSO-train rule ([`gso_train`]) on the packet `first` (sent at `t`) for a line
+/// wanting `want` payload bytes: the packets that continue it, each within the backend's
+/// [`Backend::gso_gap`] of the one before, are merged into it; while the train may still
+/// be arriving (not after `hi`), the loop waits for the rest.
+fn gso_merge<B: Backend>(
+    b: &mut B,
+    t: Instant,
+    first: &mut Vec<u8>,
+    want: usize,
+    hi: Instant,
+) -> R<()> {
+    let gap = b.gso_gap();
+    let same_train = |prev: Instant, next: Instant| next.saturating_duration_since(prev) <= gap;
+    loop {
+        match gso_train(t, first, want, &b.core().captured, same_train) {
+            Train::Merged(used, merged) => {
+                b.core_mut().captured.drain(..used);
+                b.log(format!(
+                    "  (merged {} packets as one GSO segment)",
+                    used + 1
+                ));
+                *first = merged;
+                return Ok(());
+            }
+            // The rest of the train may still be on its way.
+            Train::Partial(last_t) => {
+                let until = last_t.saturating_add(gap).min(hi);
+                let have = b.core().captured.len();
+                if b.now() >= until {
+                    return Ok(());
+                }
+                b.advance(until, Some(have))?;
+                if b.core().captured.len() == have {
+                    return Ok(());
+                }
+            }
+            Train::No => return Ok(()),
+        }
+    }
+}
+
+/// A call that returned at `at` against its scripted end: within the tolerance `tol`.
+pub(crate) fn check_return_time(
+    line: u32,
+    sc: &Syscall,
+    end: Instant,
+    at: Instant,
+    tol: Duration,
+) -> R<()> {
+    let lo = end.as_nanos().saturating_sub(tol.as_nanos() as u64);
+    if at.as_nanos() < lo || at > end.saturating_add(tol) {
+        return fail(
+            line,
+            format!("{}() to return at {}", sc.name, us(end)),
+            format!("returned at {}", us(at)),
+        );
+    }
+    Ok(())
+}
+
+/// A call still blocked at `now`, past its scripted end (and tolerance).
+pub(crate) fn still_blocked<T>(line: u32, sc: &Syscall, end: Instant, now: Instant) -> R<T> {
+    fail(
+        line,
+        format!("{}() to return by {}", sc.name, us(end)),
+        format!("still blocked at {}", us(now)),
+    )
 }

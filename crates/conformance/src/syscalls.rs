@@ -1,8 +1,45 @@
 //! System-call argument decoding shared by the backends: integer expressions and
 //! constants, send/receive flags, iovecs and msghdrs, errno names, poll masks.
 
-use crate::runner::{unsup, Stop, R};
+use std::net::Ipv4Addr;
+
+use crate::runner::{unsup, Stop, DEFAULT_PORT, R};
 use crate::script::{Expr, ExprKind, Syscall};
+
+/// A `struct sockaddr_in` argument: `...` (or none) is port [`DEFAULT_PORT`];
+/// `sin_port=htons(N)` is port N. The `sin_addr` expression, when written, is handed
+/// back for the backend to read ([`inet_addr`]) or refuse.
+pub(crate) fn sockaddr_arg(e: Option<&Expr>) -> R<(u16, Option<&Expr>)> {
+    let Some(e) = e else {
+        return Ok((DEFAULT_PORT, None));
+    };
+    if matches!(e.kind, ExprKind::Ellipsis) {
+        return Ok((DEFAULT_PORT, None));
+    }
+    let port = match e.field("sin_port").map(|p| &p.kind) {
+        Some(ExprKind::Call(f, a)) if f == "htons" && a.len() == 1 => a[0]
+            .as_int()
+            .and_then(|v| u16::try_from(v).ok())
+            .ok_or_else(|| Stop::Unsupported("sin_port value".into()))?,
+        None => DEFAULT_PORT,
+        _ => return unsup("sockaddr port form"),
+    };
+    Ok((port, e.field("sin_addr")))
+}
+
+/// A written `sin_addr`: `inet_addr("a.b.c.d")`.
+pub(crate) fn inet_addr(e: &Expr) -> R<Ipv4Addr> {
+    match &e.kind {
+        ExprKind::Call(f, a) if f == "inet_addr" && a.len() == 1 => match &a[0].kind {
+            ExprKind::Str(s) => std::str::from_utf8(s)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| Stop::Unsupported("inet_addr value".into())),
+            _ => unsup("inet_addr form"),
+        },
+        _ => unsup("sockaddr address form"),
+    }
+}
 
 pub(crate) const EPOLLIN: i64 = 0x1;
 pub(crate) const EPOLLOUT: i64 = 0x4;
@@ -18,7 +55,8 @@ pub(crate) const POLLNVAL: i64 = 0x20;
 
 pub(crate) const O_NONBLOCK: i64 = 0o4000;
 
-/// A poll/epoll mask as `EPOLLIN|EPOLLOUT` (the bits share values).
+/// A poll/epoll mask as `IN|OUT` (the poll and epoll bits share values), `0` for none.
+/// The Linux backend prints it after the mask in hex (`0x5 (IN|OUT)`).
 pub(crate) fn poll_text(m: i64) -> String {
     let names = [
         (EPOLLIN, "IN"),
@@ -28,7 +66,9 @@ pub(crate) fn poll_text(m: i64) -> String {
         (EPOLLHUP, "HUP"),
         (POLLNVAL, "NVAL"),
         (EPOLLRDNORM, "RDNORM"),
+        (0x80, "RDBAND"),
         (EPOLLWRNORM, "WRNORM"),
+        (0x200, "WRBAND"),
         (EPOLLRDHUP, "RDHUP"),
     ];
     let v: Vec<&str> = names

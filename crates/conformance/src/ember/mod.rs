@@ -4,8 +4,8 @@
 //! Design. One [`Host`] (ember's sans-IO core) with one interface, and a "link" that is
 //! simply this module's loop: every frame the host transmits is taken from
 //! [`Host::poll_transmit`] with the virtual time it left at; inbound packet lines are
-//! built by [`build_inbound`], wrapped in Ethernet and given to [`Host::receive`] at
-//! their script time; outbound lines are checked with [`match_outbound`]. Nothing reads
+//! built by [`build_inbound`](crate::packets::build_inbound), wrapped in Ethernet and given to [`Host::receive`] at
+//! their script time; outbound lines are checked with [`match_outbound`](crate::packets::match_outbound). Nothing reads
 //! a clock.
 //!
 //! Rules this runner implements:
@@ -32,7 +32,7 @@
 //!   `--tolerance_usecs` and an eighth of the time since the previous event (a timer
 //!   scripted 1 s out may fire 125 ms off).
 //! * Outbound lines. The next captured IPv4 frame must match the line, field by field
-//!   ([`match_outbound`]); a frame that leaves before the window, or a different
+//!   ([`match_outbound`](crate::packets::match_outbound)); a frame that leaves before the window, or a different
 //!   frame, fails with what was seen; nothing by the end of the window fails with
 //!   "nothing sent". Frames are claimed in order; a frame no outbound line claims is
 //!   not an error (calibrated on Linux: the corpus's own `blocking/blocking-write.pkt`
@@ -132,7 +132,7 @@
 //!   within the tolerance in ticks, plus one); ember's TS clock ticks every
 //!   millisecond (RFC 7323 §5.4), so another tick is `Unsupported`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -141,16 +141,14 @@ use ember_core::ip::IfaceId;
 use ember_core::wire::{ethertype, ArpOp, ArpRepr, EthernetRepr, MacAddr, ARP_LEN};
 use ember_core::{Host, Instant};
 
-use crate::packets::{build_inbound, match_outbound, BuildError, Flow};
+use crate::packets::Flow;
 use crate::profile::{apply_shell, linux_profile, unsupported_features, ShellOutcome};
 use crate::runner::{
-    assert_text, call_end, code_eval, code_names, describe, event_times, fail, gso_train,
-    outbound_window, raw_segment, stop_result, summarize, summarize_in, unsup, us, Outcome,
-    RunResult, Stop, Train, DEFAULT_PORT, DEFAULT_TOLERANCE_US, R, REMOTE_PORT,
+    assert_text, code_eval, code_names, fail, outcome, raw_segment, run_events, still_blocked,
+    stop_result, summarize, unsup, us, Backend, Core, Outcome, Point, RunResult, Stop,
+    DEFAULT_PORT, DEFAULT_TOLERANCE_US, R, REMOTE_PORT,
 };
-use crate::script::{
-    Action, CodeBlock, CodeExpr, CodeStmtKind, Direction, Packet, PacketBody, Script, Syscall,
-};
+use crate::script::{CodeBlock, CodeExpr, CodeStmtKind, Script, Syscall};
 use crate::tcp_info::{closed_tcpi, code_constant, listen_tcpi, tcpi, InfoSource, TCP_CLOSE};
 
 mod sockets;
@@ -201,13 +199,8 @@ pub fn run_script(script: &Script, opts: &RunOptions) -> Outcome {
             }
         }
     };
-    let result = match runner.run(script) {
-        Ok(()) => RunResult::Pass,
-        Err(s) => stop_result(s),
-    };
-    let n = runner.trace.len();
-    let detail = runner.trace[n.saturating_sub(12)..].join("\n");
-    Outcome { result, detail }
+    let r = run_events(&mut runner, script);
+    outcome(r, &runner.core.trace)
 }
 
 /// A socket option remembered until a connection exists.
@@ -314,11 +307,10 @@ pub(crate) struct Runner {
     host: Host,
     iface: IfaceId,
     now: Instant,
-    flow: Flow,
-    tol: Duration,
+    /// The loop's state: the flow, the tolerance, the frames captured, the trace.
+    core: Core,
     local: Ipv4Addr,
     remote: Ipv4Addr,
-    captured: VecDeque<(Instant, Vec<u8>)>,
     socks: BTreeMap<i64, Sock>,
     pending: Option<Pending>,
     /// The socket of the last system call (its fd argument, or the fd a `socket()` or
@@ -336,8 +328,6 @@ pub(crate) struct Runner {
     gro_mss: Option<usize>,
     steps: usize,
     max_steps: usize,
-    max_time: Instant,
-    trace: Vec<String>,
 }
 
 impl Runner {
@@ -403,11 +393,13 @@ impl Runner {
             host,
             iface,
             now: Instant::ZERO,
-            flow,
-            tol: Duration::from_micros(tol),
+            core: Core::new(
+                flow,
+                Duration::from_micros(tol),
+                Instant::from_micros(opts.max_virtual_us),
+            ),
             local,
             remote,
-            captured: VecDeque::new(),
             socks: BTreeMap::new(),
             pending: None,
             last_fd: None,
@@ -417,21 +409,12 @@ impl Runner {
             gro_mss,
             steps: 0,
             max_steps: opts.max_steps,
-            max_time: Instant::from_micros(opts.max_virtual_us),
-            trace: Vec::new(),
         };
         // Seed the host's neighbour cache: the peer asks who has the local address.
         r.send_arp(ArpOp::Request, MacAddr([0; 6]), local);
         r.pump()?;
-        r.captured.clear();
+        r.core.captured.clear();
         Ok(r)
-    }
-
-    fn log(&mut self, s: String) {
-        if self.trace.len() > 4096 {
-            self.trace.drain(..2048);
-        }
-        self.trace.push(format!("{} {s}", us(self.now)));
     }
 
     fn step(&mut self) -> R<()> {
@@ -494,9 +477,9 @@ impl Runner {
                         }
                     }
                     ethertype::IPV4 => {
-                        let s = summarize(payload, &self.flow);
+                        let s = summarize(payload, &self.core.flow);
                         self.log(format!("> {s}"));
-                        self.captured.push_back((self.now, payload.to_vec()));
+                        self.core.captured.push_back((self.now, payload.to_vec()));
                     }
                     _ => {}
                 }
@@ -513,10 +496,10 @@ impl Runner {
         }
     }
 
-    /// Advances virtual time to `target`, firing timers on the way; with
-    /// `stop_on_frame`, stops as soon as a frame has been captured.
-    fn advance_to(&mut self, target: Instant, stop_on_frame: bool) -> R<()> {
-        if target > self.max_time {
+    /// Advances virtual time to `target`, firing timers on the way; returns early once
+    /// more than `stop_after` frames have been captured.
+    fn advance_to(&mut self, target: Instant, stop_after: Option<usize>) -> R<()> {
+        if target > self.core.max_time {
             return Err(Stop::Error(format!(
                 "virtual time limit exceeded ({})",
                 us(target)
@@ -524,7 +507,7 @@ impl Runner {
         }
         loop {
             self.pump()?;
-            if stop_on_frame && !self.captured.is_empty() {
+            if stop_after.is_some_and(|n| self.core.captured.len() > n) {
                 return Ok(());
             }
             let wait_until = match &self.pending {
@@ -554,149 +537,11 @@ impl Runner {
 
     fn check_pending_deadline(&mut self) -> R<()> {
         if let Some(p) = &self.pending {
-            if self.now > p.end.saturating_add(self.tol) {
-                let (line, end) = (p.line, p.end);
-                return fail(
-                    line,
-                    format!("{}() to return by {}", p.call.name, us(end)),
-                    format!("still blocked at {}", us(self.now)),
-                );
+            if self.now > p.end.saturating_add(self.core.tol) {
+                return still_blocked(p.line, &p.call, p.end, self.now);
             }
         }
         Ok(())
-    }
-
-    fn run(&mut self, script: &Script) -> R<()> {
-        let mut prev = Instant::ZERO;
-        for ev in &script.events {
-            let (lo, hi, start) = event_times(ev.time, prev, self.max_time)?;
-            let base = prev;
-            prev = start;
-            match &ev.action {
-                Action::Packet(p) if p.direction == Direction::Outbound => {
-                    let (wlo, whi) =
-                        outbound_window(ev.time, (lo, hi), base, self.tol, self.max_time);
-                    self.outbound(ev.line, p, wlo, whi)?;
-                }
-                Action::Packet(p) => {
-                    self.advance_to(start, false)?;
-                    self.check_pending_deadline()?;
-                    self.inbound(ev.line, p)?;
-                }
-                Action::Syscall(sc) => {
-                    self.advance_to(start, false)?;
-                    self.check_pending_deadline()?;
-                    let end = call_end(ev.time, sc, base)?;
-                    self.syscall(ev.line, sc, end)?;
-                }
-                Action::Command(c) => {
-                    self.advance_to(start, false)?;
-                    self.check_pending_deadline()?;
-                    let mut params = self.host.params().clone();
-                    match apply_shell(&c.text, &mut params) {
-                        ShellOutcome::Unsupported(r) => {
-                            return unsup(format!("line {}: {r}", c.line))
-                        }
-                        ShellOutcome::Ignored(_) => {}
-                        ShellOutcome::Applied(changes) => {
-                            for ch in changes {
-                                self.host.set_param(ch.tunable, &ch.value).map_err(|e| {
-                                    Stop::Error(format!(
-                                        "line {}: {} = {}: {e:?}",
-                                        c.line, ch.tunable, ch.value
-                                    ))
-                                })?;
-                            }
-                        }
-                    }
-                    self.log(format!("shell `{}`", c.text.trim()));
-                }
-                Action::Code(block) => {
-                    self.advance_to(start, false)?;
-                    self.check_pending_deadline()?;
-                    self.code(block)?;
-                }
-            }
-        }
-        if let Some(p) = &self.pending {
-            let until = p.end.saturating_add(self.tol);
-            self.advance_to(until.max(self.now), false)?;
-            self.check_pending_deadline()?;
-        }
-        Ok(())
-    }
-
-    fn inbound(&mut self, line: u32, p: &Packet) -> R<()> {
-        let ip = match build_inbound(p, &mut self.flow) {
-            Ok(ip) => ip,
-            Err(BuildError::Unsupported(r)) => return unsup(format!("line {line}: {r}")),
-            Err(e) => return Err(Stop::Error(format!("line {line}: {e}"))),
-        };
-        let s = summarize_in(&ip, &self.flow);
-        self.log(format!("< {s}"));
-        for ip in gro_split(ip, self.gro_mss) {
-            let mut frame = vec![0u8; 14];
-            EthernetRepr {
-                dst: HOST_MAC,
-                src: PEER_MAC,
-                ethertype: ethertype::IPV4,
-            }
-            .emit(&mut frame);
-            frame.extend_from_slice(&ip);
-            self.step()?;
-            self.host.receive(self.now, self.iface, &frame);
-        }
-        self.pump()
-    }
-
-    fn outbound(&mut self, line: u32, p: &Packet, lo: Instant, hi: Instant) -> R<()> {
-        if self.captured.is_empty() {
-            self.advance_to(hi, true)?;
-        }
-        let Some((t, mut bytes)) = self.captured.pop_front() else {
-            return fail(
-                line,
-                format!("{} by {}", describe(p), us(hi)),
-                "nothing sent",
-            );
-        };
-        if let PacketBody::Tcp(tp) = &p.body {
-            self.coalesce(t, &mut bytes, tp.seq.len as usize);
-        }
-        let seen = summarize(&bytes, &self.flow);
-        if t < lo || t > hi {
-            return fail(
-                line,
-                format!("{} in [{}, {}]", describe(p), us(lo), us(hi)),
-                format!("{seen} at {}", us(t)),
-            );
-        }
-        if let Err(m) = match_outbound(p, &bytes, &mut self.flow) {
-            return fail(
-                line,
-                format!("{} ({}: {})", describe(p), m.field, m.expected),
-                format!("{seen} ({}: {})", m.field, m.actual),
-            );
-        }
-        Ok(())
-    }
-
-    /// GSO emulation: Linux hands a tun device super-segments larger than the MSS and
-    /// the scripts are written that way; ember sends MSS-sized segments. When a line
-    /// expects `want` payload bytes and the first frame carries fewer, the frames that
-    /// left at the same instant and continue it (contiguous sequence numbers, same
-    /// ack, no SYN/RST/FIN before the last) are merged into one segment, if together
-    /// they carry exactly `want` bytes: the first's header, with PSH and FIN from the
-    /// last. Otherwise nothing is merged (and the line fails on the first frame).
-    fn coalesce(&mut self, t: Instant, first: &mut Vec<u8>, want: usize) {
-        // Virtual time: a train is the frames that left at the same instant.
-        if let Train::Merged(used, merged) =
-            gso_train(t, first, want, &self.captured, |a, b| a == b)
-        {
-            self.captured.drain(..used);
-            self.log(format!("  (merged {} segments as GSO)", used + 1));
-            *first = merged;
-        }
     }
 
     // ---------------------------------------------------------------------------------
@@ -705,7 +550,7 @@ impl Runner {
     /// Runs a code block: `assert` statements are evaluated against the `tcp_info` of
     /// the last connection a system call used, assignments set script variables
     /// (visible to later blocks), `print(...)` does nothing.
-    fn code(&mut self, block: &CodeBlock) -> R<()> {
+    fn code_block(&mut self, block: &CodeBlock) -> R<()> {
         let Some(stmts) = &block.statements else {
             return unsup("a code block outside the assertion subset");
         };
@@ -810,6 +655,91 @@ impl Runner {
                 .and_then(|id| self.host.tcp_info(id))
                 .map(|i| InfoSource::Conn(Box::new(i))),
         }
+    }
+}
+
+impl Backend for Runner {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn advance(&mut self, target: Instant, stop_after: Option<usize>) -> R<()> {
+        self.advance_to(target, stop_after)
+    }
+
+    /// A blocked call is retried as time advances; here it only fails once past its
+    /// end and tolerance (an outbound line does not check: time has not moved for it),
+    /// and after the last line time runs on until it returns or is late.
+    fn settle(&mut self, point: Point) -> R<()> {
+        match point {
+            Point::Outbound => Ok(()),
+            Point::Event | Point::Syscall => self.check_pending_deadline(),
+            Point::End => {
+                if let Some(p) = &self.pending {
+                    let until = p.end.saturating_add(self.core.tol);
+                    self.advance_to(until.max(self.now), None)?;
+                    self.check_pending_deadline()?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The datagram in an Ethernet frame from the peer's MAC (split into `--mss`
+    /// segments first), then whatever the host does in answer.
+    fn inject(&mut self, _line: u32, ip: Vec<u8>) -> R<()> {
+        for ip in gro_split(ip, self.gro_mss) {
+            let mut frame = vec![0u8; 14];
+            EthernetRepr {
+                dst: HOST_MAC,
+                src: PEER_MAC,
+                ethertype: ethertype::IPV4,
+            }
+            .emit(&mut frame);
+            frame.extend_from_slice(&ip);
+            self.step()?;
+            self.host.receive(self.now, self.iface, &frame);
+        }
+        self.pump()
+    }
+
+    fn syscall(&mut self, line: u32, sc: &Syscall, _start: Instant, end: Option<Instant>) -> R<()> {
+        self.call(line, sc, end)
+    }
+
+    /// A shell line's tunables are set on the host (new connections see them).
+    fn shell(&mut self, line: u32, text: &str) -> R<()> {
+        let mut params = self.host.params().clone();
+        match apply_shell(text, &mut params) {
+            ShellOutcome::Unsupported(r) => return unsup(format!("line {line}: {r}")),
+            ShellOutcome::Ignored(_) => {}
+            ShellOutcome::Applied(changes) => {
+                for ch in changes {
+                    self.host.set_param(ch.tunable, &ch.value).map_err(|e| {
+                        Stop::Error(format!("line {line}: {} = {}: {e:?}", ch.tunable, ch.value))
+                    })?;
+                }
+            }
+        }
+        self.log(format!("shell `{}`", text.trim()));
+        Ok(())
+    }
+
+    fn code(&mut self, block: &CodeBlock) -> R<()> {
+        self.code_block(block)
+    }
+
+    /// Virtual time: a train is the frames that left at the same instant.
+    fn gso_gap(&self) -> Duration {
+        Duration::ZERO
     }
 }
 

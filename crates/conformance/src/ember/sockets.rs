@@ -9,7 +9,9 @@ use ember_core::tcp::{State, Tcb};
 use ember_core::Instant;
 
 use super::{Attempt, Blocked, EpItem, Pending, Runner, Sock, SockKind, SockOpt};
-use crate::runner::{check_ret, fail, unsup, us, Stop, DEFAULT_PORT, R, REMOTE_PORT};
+use crate::runner::{
+    check_ret, check_return_time, fail, unsup, Backend, Stop, DEFAULT_PORT, R, REMOTE_PORT,
+};
 use crate::script::{Expr, ExprKind, Syscall};
 use crate::syscalls::*;
 
@@ -316,8 +318,8 @@ impl Runner {
         fd
     }
 
-    pub(super) fn syscall(&mut self, line: u32, sc: &Syscall, end: Option<Instant>) -> R<()> {
-        self.log(format!("{}() line {line}", sc.name));
+    /// A system call (the loop has logged it): done now, or the pending call.
+    pub(super) fn call(&mut self, line: u32, sc: &Syscall, end: Option<Instant>) -> R<()> {
         if self.pending.is_some() {
             return unsup(format!(
                 "line {line}: {}() while another call is blocked",
@@ -354,15 +356,7 @@ impl Runner {
     }
 
     pub(super) fn check_time(&self, line: u32, sc: &Syscall, end: Instant) -> R<()> {
-        let lo = end.as_nanos().saturating_sub(self.tol.as_nanos() as u64);
-        if self.now.as_nanos() < lo || self.now > end.saturating_add(self.tol) {
-            return fail(
-                line,
-                format!("{}() to return at {}", sc.name, us(end)),
-                format!("returned at {}", us(self.now)),
-            );
-        }
-        Ok(())
+        check_return_time(line, sc, end, self.now, self.core.tol)
     }
 
     /// Retries the pending call; true if it completed.
@@ -520,8 +514,8 @@ impl Runner {
                                         let _ = self.host.tcp_listener_set_max_segment(lid, *m);
                                     }
                                 }
-                                self.flow.local_port = addr.port();
-                                self.flow.remote_port = REMOTE_PORT;
+                                self.core.flow.local_port = addr.port();
+                                self.core.flow.remote_port = REMOTE_PORT;
                                 self.socks.get_mut(&fd).expect("fd").kind = SockKind::Listener(lid);
                                 Attempt::Done(Ok(0))
                             }
@@ -564,8 +558,8 @@ impl Runner {
                             Err(e) => Attempt::Done(Err(errno_of(&e))),
                             Ok(id) => {
                                 let info = self.host.tcp_info(id).expect("new connection");
-                                self.flow.local_port = info.local.port();
-                                self.flow.remote_port = remote.port();
+                                self.core.flow.local_port = info.local.port();
+                                self.core.flow.remote_port = remote.port();
                                 self.socks.get_mut(&fd).expect("fd").kind = SockKind::Conn(id);
                                 if s.nonblock {
                                     Attempt::Done(Err("EINPROGRESS"))
@@ -738,31 +732,12 @@ impl Runner {
         })
     }
 
+    /// A sockaddr argument; a written address is honoured.
     pub(super) fn sockaddr(&self, e: Option<&Expr>, default_ip: Ipv4Addr) -> R<SocketAddrV4> {
-        let Some(e) = e else {
-            return Ok(SocketAddrV4::new(default_ip, DEFAULT_PORT));
-        };
-        if matches!(e.kind, ExprKind::Ellipsis) {
-            return Ok(SocketAddrV4::new(default_ip, DEFAULT_PORT));
-        }
-        let port = match e.field("sin_port").map(|p| &p.kind) {
-            Some(ExprKind::Call(f, a)) if f == "htons" && a.len() == 1 => a[0]
-                .as_int()
-                .and_then(|v| u16::try_from(v).ok())
-                .ok_or_else(|| Stop::Unsupported("sin_port value".into()))?,
-            None => DEFAULT_PORT,
-            _ => return unsup("sockaddr port form"),
-        };
-        let ip = match e.field("sin_addr").map(|p| &p.kind) {
-            Some(ExprKind::Call(f, a)) if f == "inet_addr" && a.len() == 1 => match &a[0].kind {
-                ExprKind::Str(s) => std::str::from_utf8(s)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| Stop::Unsupported("inet_addr value".into()))?,
-                _ => return unsup("inet_addr form"),
-            },
+        let (port, addr) = sockaddr_arg(e)?;
+        let ip = match addr {
+            Some(a) => inet_addr(a)?,
             None => default_ip,
-            _ => return unsup("sockaddr address form"),
         };
         Ok(SocketAddrV4::new(ip, port))
     }
