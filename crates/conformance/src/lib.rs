@@ -18,9 +18,15 @@
 //! inbound (`<`) lines and matches what the stack sends against outbound (`>`) lines,
 //! reading the script's relative sequence numbers and timestamps in a [`packets::Flow`].
 //!
-//! [`run`] is the ember backend: [`run::run_script`] runs a parsed script against
-//! ember's sans-IO core on a virtual clock and scores it (pass, fail with the line,
-//! unsupported with the reason).
+//! [`runner`] is the loop both backends share (packetdrill's run.c and run_packet.c):
+//! script time and tolerances, inbound packets built and outbound ones matched (GSO
+//! trains merged), system-call results checked, the verdict; a backend implements its
+//! `Backend` trait (clock, inject, capture, system calls, shell lines, code blocks).
+//! `syscalls` decodes system-call arguments for both; `tcp_info` is ember's `tcp_info`.
+//!
+//! [`ember`] is the ember backend and [`run`] its public entry point:
+//! [`run::run_script`] runs a parsed script against ember's sans-IO core on a virtual
+//! clock and scores it (pass, fail with the line, unsupported with the reason).
 //!
 //! [`linux`] is the Linux backend: [`linux::run_script_linux`] runs the same script
 //! against the kernel through a TUN device in a network namespace of its own, with real
@@ -31,9 +37,13 @@
 #![deny(unsafe_code)]
 
 pub mod corpus;
+pub mod ember;
 #[allow(unsafe_code)]
 pub mod linux;
 pub mod packets;
 pub mod profile;
 pub mod run;
+pub mod runner;
 pub mod script;
+pub(crate) mod syscalls;
+pub(crate) mod tcp_info;

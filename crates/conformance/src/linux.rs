@@ -18,10 +18,10 @@
 //! Time is the wall clock: script time 0 is the moment after the untimed set-up command.
 //! The main thread waits for each event's time in `ppoll(2)` on the TUN descriptor and an
 //! eventfd, stamping every packet the kernel sends as it is read, and
-//! * writes an inbound line's datagram (built by [`build_inbound`], behind a zero virtio
+//! * writes an inbound line's datagram (built by [`build_inbound`](crate::packets::build_inbound), behind a zero virtio
 //!   header) to the TUN at its time;
 //! * matches an outbound line against the next packet within the tolerance window, as the
-//!   ember backend does (same [`match_outbound`], same relative numbers), with a
+//!   ember backend does (same [`match_outbound`](crate::packets::match_outbound), same relative numbers), with a
 //!   `NEEDS_CSUM` packet's checksum completed first. Packets are matched in order;
 //!   packets no outbound line claims are not an error (the corpus's own scripts need
 //!   this: `blocking/blocking-write.pkt` never scripts the data its write sends);
@@ -48,7 +48,7 @@
 //! closed, so a descriptor number is never reused under a call still in progress; a run
 //! also has a wall-clock budget ([`LinuxOptions::max_seconds`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -62,16 +62,15 @@ use ember_core::Instant;
 use ember_runtime::dev::netns::{self, NetNs};
 use ember_runtime::dev::tap::{self, complete_checksum};
 
-use crate::packets::{build_inbound, match_outbound, BuildError, Flow};
-use crate::run::{
-    assert_text, call_end, check_ret, code_eval, code_names, describe, event_times, fail,
-    gso_train, outbound_window, summarize, summarize_in, unsup, us, Outcome, RunResult, Stop,
-    Train, DEFAULT_PORT, DEFAULT_TOLERANCE_US, R, REMOTE_PORT,
+use crate::packets::Flow;
+use crate::runner::{
+    assert_text, check_ret, check_return_time, code_eval, code_names, fail, outcome, run_events,
+    still_blocked, summarize, unsup, us, Backend, Core, Outcome, Point, RunResult, Stop,
+    DEFAULT_PORT, DEFAULT_TOLERANCE_US, R, REMOTE_PORT,
 };
-use crate::script::{
-    Action, CodeBlock, CodeExpr, CodeStmtKind, Direction, Expr, ExprKind, Packet, PacketBody,
-    Script, Syscall,
-};
+use crate::script::{CodeBlock, CodeExpr, CodeStmtKind, Expr, ExprKind, Script, Syscall};
+use crate::syscalls::{poll_text, sockaddr_arg};
+use crate::tcp_info::code_constant;
 
 /// The kernel's address in the namespace.
 pub const LINUX_LOCAL_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -343,17 +342,10 @@ pub fn run_script_linux(script: &Script, dir: &Path, opts: &LinuxOptions) -> Out
                     }
                 };
                 realtime();
-                let result = match r.run(script) {
-                    Ok(()) => RunResult::Pass,
-                    Err(s) => stop_to_result(s),
-                };
+                let res = run_events(&mut r, script);
                 normal_priority();
                 r.teardown();
-                let n = r.trace.len();
-                Outcome {
-                    result,
-                    detail: r.trace[n.saturating_sub(12)..].join("\n"),
-                }
+                outcome(res, &r.core.trace)
             });
         match h {
             Err(e) => err(format!("thread: {e}")),
@@ -585,31 +577,8 @@ fn lconst(w: &str) -> Option<i64> {
         "FIONREAD" | "SIOCINQ" => 0x541b,
         "SIOCOUTQ" => 0x5411,
         "SIOCOUTQNSD" => 0x894b,
-        "TCP_CA_Open" => 0,
-        "TCP_CA_Disorder" => 1,
-        "TCP_CA_CWR" => 2,
-        "TCP_CA_Recovery" => 3,
-        "TCP_CA_Loss" => 4,
-        "TCPI_OPT_TIMESTAMPS" => 1,
-        "TCPI_OPT_SACK" => 2,
-        "TCPI_OPT_WSCALE" => 4,
-        "TCPI_OPT_ECN" => 8,
-        "TCPI_OPT_ECN_SEEN" => 16,
-        "TCPI_OPT_SYN_DATA" => 32,
-        "TCP_ESTABLISHED" => 1,
-        "TCP_SYN_SENT" => 2,
-        "TCP_SYN_RECV" => 3,
-        "TCP_FIN_WAIT1" => 4,
-        "TCP_FIN_WAIT2" => 5,
-        "TCP_TIME_WAIT" => 6,
-        "TCP_CLOSE" => 7,
-        "TCP_CLOSE_WAIT" => 8,
-        "TCP_LAST_ACK" => 9,
-        "TCP_LISTEN" => 10,
-        "TCP_CLOSING" => 11,
-        "TCP_NEW_SYN_RECV" => 12,
-        "TCP_BOUND_INACTIVE" => 13,
-        _ => return None,
+        // The names code blocks use (TCP_CA_*, TCPI_OPT_*, the TCP_* states).
+        _ => return code_constant(w),
     })
 }
 
@@ -683,7 +652,9 @@ fn expect_value(e: Option<&Expr>, what: &str, got: i64) -> R<Option<(String, Str
         _ => e,
     };
     let want = match e.as_word() {
-        Some(n) if n.starts_with('E') && lconst(n).is_none() => Some(crate::run::errno_number(n)),
+        Some(n) if n.starts_with('E') && lconst(n).is_none() => {
+            Some(crate::syscalls::errno_number(n))
+        }
         _ => leval(e)?,
     };
     Ok(match want {
@@ -721,23 +692,11 @@ impl Worker {
         fd
     }
 
+    /// A sockaddr argument; a written address is refused (the script's addresses are
+    /// the corpus's, this backend's are its own).
     fn sockaddr(&self, e: Option<&Expr>, default_ip: Ipv4Addr) -> R<SocketAddrV4> {
-        let Some(e) = e else {
-            return Ok(SocketAddrV4::new(default_ip, DEFAULT_PORT));
-        };
-        if matches!(e.kind, ExprKind::Ellipsis) {
-            return Ok(SocketAddrV4::new(default_ip, DEFAULT_PORT));
-        }
-        let port = match e.field("sin_port").map(|p| &p.kind) {
-            Some(ExprKind::Call(f, a)) if f == "htons" && a.len() == 1 => a[0]
-                .as_int()
-                .and_then(|v| u16::try_from(v).ok())
-                .ok_or_else(|| Stop::Unsupported("sin_port value".into()))?,
-            None => DEFAULT_PORT,
-            _ => return unsup("sockaddr port form"),
-        };
-        if e.field("sin_addr").is_some() {
-            // The script's addresses are the corpus's; this backend's are its own.
+        let (port, addr) = sockaddr_arg(e)?;
+        if addr.is_some() {
             return unsup("a sockaddr with a written address");
         }
         Ok(SocketAddrV4::new(default_ip, port))
@@ -826,7 +785,7 @@ impl Worker {
                         cc.len() as libc::socklen_t,
                     )
                 };
-                let want = crate::run::eval(&sc.ret).ok().flatten();
+                let want = crate::syscalls::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(fd, want);
                 *new_fd = Some(s);
                 none(Ok(s))
@@ -876,7 +835,7 @@ impl Worker {
                 if r < 0 {
                     return none(Err(errno_name()));
                 }
-                let want = crate::run::eval(&sc.ret).ok().flatten();
+                let want = crate::syscalls::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(r, want);
                 *new_fd = Some(s);
                 none(Ok(s))
@@ -1153,8 +1112,8 @@ impl Worker {
                             let got = i64::from(p.revents as u16);
                             if w != got && mismatch.is_none() {
                                 mismatch = Some((
-                                    format!("revents {}", poll_text(w)),
-                                    format!("revents {}", poll_text(got)),
+                                    format!("revents {}", poll_text_hex(w)),
+                                    format!("revents {}", poll_text_hex(got)),
                                 ));
                             }
                         }
@@ -1178,7 +1137,7 @@ impl Worker {
                 // SAFETY: F_SETFD on the descriptor just created (close-on-exec, so shell
                 // lines never inherit it).
                 unsafe { libc::fcntl(r, libc::F_SETFD, libc::FD_CLOEXEC) };
-                let want = crate::run::eval(&sc.ret).ok().flatten();
+                let want = crate::syscalls::eval(&sc.ret).ok().flatten();
                 let s = self.map_new(r, want);
                 none(Ok(s))
             }
@@ -1209,8 +1168,8 @@ impl Worker {
                     let got_data = evs[0].u64 as i64;
                     if want_ev != got_ev || want_data.is_some_and(|d| d != got_data) {
                         mismatch = Some((
-                            format!("event {} data {want_data:?}", poll_text(want_ev)),
-                            format!("event {} data {got_data}", poll_text(got_ev)),
+                            format!("event {} data {want_data:?}", poll_text_hex(want_ev)),
+                            format!("event {} data {got_data}", poll_text_hex(got_ev)),
                         ));
                     }
                 }
@@ -1298,29 +1257,9 @@ fn epoll_ev(e: Option<&Expr>) -> R<(i64, Option<i64>)> {
     Ok((events, data))
 }
 
-fn poll_text(v: i64) -> String {
-    let names = [
-        (0x1, "IN"),
-        (0x2, "PRI"),
-        (0x4, "OUT"),
-        (0x8, "ERR"),
-        (0x10, "HUP"),
-        (0x20, "NVAL"),
-        (0x40, "RDNORM"),
-        (0x80, "RDBAND"),
-        (0x100, "WRNORM"),
-        (0x200, "WRBAND"),
-        (0x2000, "RDHUP"),
-    ];
-    let mut s: Vec<&str> = names
-        .iter()
-        .filter(|(b, _)| v & b != 0)
-        .map(|(_, n)| *n)
-        .collect();
-    if s.is_empty() {
-        s.push("0");
-    }
-    format!("{v:#x} ({})", s.join("|"))
+/// A mask as the kernel's number and its names: `0x5 (IN|OUT)`.
+fn poll_text_hex(v: i64) -> String {
+    format!("{v:#x} ({})", poll_text(v))
 }
 
 // -------------------------------------------------------------------------------------
@@ -1344,9 +1283,8 @@ struct Runner {
     /// Shared with the worker, which writes to it after each call: it stays open as long
     /// as either holds it.
     ev: Arc<OwnedFd>,
-    flow: Flow,
-    tol: Duration,
-    captured: VecDeque<(Instant, Vec<u8>)>,
+    /// The loop's state: the flow, the tolerance, the packets captured, the trace.
+    core: Core,
     fds: Fds,
     jobs: Option<mpsc::Sender<Job>>,
     done: mpsc::Receiver<Done>,
@@ -1359,8 +1297,6 @@ struct Runner {
     inline: Worker,
     /// The worker was left in a call teardown could not wake: its descriptors stay open.
     abandoned: bool,
-    max_time: Instant,
-    trace: Vec<String>,
     buf: Vec<u8>,
 }
 
@@ -1420,12 +1356,14 @@ impl Runner {
             t0: WallInstant::now(),
             tun,
             ev,
-            flow: Flow::new(
-                (LINUX_LOCAL_IP, DEFAULT_PORT),
-                (LINUX_REMOTE_IP, REMOTE_PORT),
+            core: Core::new(
+                Flow::new(
+                    (LINUX_LOCAL_IP, DEFAULT_PORT),
+                    (LINUX_REMOTE_IP, REMOTE_PORT),
+                ),
+                Duration::from_micros(tol),
+                Instant::from_micros(opts.max_seconds.saturating_mul(1_000_000)),
             ),
-            tol: Duration::from_micros(tol),
-            captured: VecDeque::new(),
             fds: fds.clone(),
             jobs: Some(jtx),
             done: drx,
@@ -1440,16 +1378,14 @@ impl Runner {
                 t0: WallInstant::now(),
                 cc,
             },
-            max_time: Instant::from_micros(opts.max_seconds.saturating_mul(1_000_000)),
-            trace: Vec::new(),
             buf: vec![0u8; 65_536 + 256],
         };
         if let Some(c) = &script.init_command {
-            r.shell(c.line, &c.text)?;
+            r.run_shell(c.line, &c.text)?;
         }
         // Anything the set-up made the kernel send is not the script's business.
         r.read_tun()?;
-        r.captured.clear();
+        r.core.captured.clear();
         r.t0 = WallInstant::now();
         r.inline.t0 = r.t0;
         let t0 = r.t0;
@@ -1479,18 +1415,6 @@ impl Runner {
                 .map_err(|e| Stop::Error(format!("worker thread: {e}")))?,
         );
         Ok(r)
-    }
-
-    fn now(&self) -> Instant {
-        Instant::from_nanos(self.t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64)
-    }
-
-    fn log(&mut self, s: String) {
-        if self.trace.len() > 4096 {
-            self.trace.drain(..2048);
-        }
-        let t = self.now();
-        self.trace.push(format!("{} {s}", us(t)));
     }
 
     /// Reads every packet the kernel has handed the TUN, stamping each with the time now.
@@ -1527,9 +1451,9 @@ impl Runner {
             if needs_csum {
                 complete_checksum(&mut ip, cstart, coff);
             }
-            let s = summarize(&ip, &self.flow);
-            self.trace.push(format!("{} > {s}", us(t)));
-            self.captured.push_back((t, ip));
+            let s = summarize(&ip, &self.core.flow);
+            self.core.log_at(t, format!("> {s}"));
+            self.core.captured.push_back((t, ip));
         }
     }
 
@@ -1541,7 +1465,7 @@ impl Runner {
         stop_after: Option<usize>,
         stop_on_done: bool,
     ) -> R<()> {
-        if target > self.max_time {
+        if target > self.core.max_time {
             return Err(Stop::Error(format!(
                 "wall-clock limit exceeded ({})",
                 us(target)
@@ -1549,7 +1473,7 @@ impl Runner {
         }
         loop {
             self.read_tun()?;
-            if stop_after.is_some_and(|n| self.captured.len() > n) {
+            if stop_after.is_some_and(|n| self.core.captured.len() > n) {
                 return Ok(());
             }
             let now = self.now();
@@ -1598,9 +1522,9 @@ impl Runner {
             // machine can take milliseconds to schedule the worker), so only a call
             // still blocked a second later fails.
             let grace = if p.timed {
-                self.tol
+                self.core.tol
             } else {
-                self.tol.max(UNTIMED_CALL_LIMIT)
+                self.core.tol.max(UNTIMED_CALL_LIMIT)
             };
             let deadline = p.end.saturating_add(grace);
             if let Ok(d) = self.done.try_recv() {
@@ -1608,11 +1532,7 @@ impl Runner {
                 return self.finish(p, d);
             }
             if self.now() > deadline {
-                return fail(
-                    p.line,
-                    format!("{}() to return by {}", p.sc.name, us(p.end)),
-                    format!("still blocked at {}", us(self.now())),
-                );
+                return still_blocked(p.line, &p.sc, p.end, self.now());
             }
             if !wait {
                 return Ok(());
@@ -1632,14 +1552,7 @@ impl Runner {
         }
         let (got, mismatch) = d.res?;
         if p.timed {
-            let lo = p.end.as_nanos().saturating_sub(self.tol.as_nanos() as u64);
-            if d.at.as_nanos() < lo || d.at > p.end.saturating_add(self.tol) {
-                return fail(
-                    p.line,
-                    format!("{}() to return at {}", p.sc.name, us(p.end)),
-                    format!("returned at {}", us(d.at)),
-                );
-            }
+            check_return_time(p.line, &p.sc, p.end, d.at, self.core.tol)?;
         }
         if let Some((want, got)) = mismatch {
             return fail(p.line, format!("{}(): {want}", p.sc.name), got);
@@ -1647,153 +1560,17 @@ impl Runner {
         check_ret(p.line, &p.sc, got)
     }
 
-    fn run(&mut self, script: &Script) -> R<()> {
-        let mut prev = Instant::ZERO;
-        for ev in &script.events {
-            let (lo, hi, start) = event_times(ev.time, prev, self.max_time)?;
-            let base = prev;
-            prev = start;
-            match &ev.action {
-                Action::Packet(p) if p.direction == Direction::Outbound => {
-                    let (wlo, whi) =
-                        outbound_window(ev.time, (lo, hi), base, self.tol, self.max_time);
-                    self.settle_pending(false)?;
-                    self.outbound(ev.line, p, wlo, whi)?;
-                }
-                Action::Packet(p) => {
-                    self.wait_until(start, None, false)?;
-                    self.settle_pending(false)?;
-                    self.inbound(ev.line, p)?;
-                }
-                Action::Syscall(sc) => {
-                    self.wait_until(start, None, false)?;
-                    self.settle_pending(true)?;
-                    let end = call_end(ev.time, sc, base)?;
-                    self.syscall(ev.line, sc, start, end)?;
-                }
-                Action::Command(c) => {
-                    self.wait_until(start, None, false)?;
-                    self.settle_pending(false)?;
-                    self.shell(c.line, &c.text)?;
-                }
-                Action::Code(block) => {
-                    self.wait_until(start, None, false)?;
-                    self.settle_pending(false)?;
-                    self.code(block)?;
-                }
-            }
-        }
-        self.settle_pending(true)
-    }
-
-    fn inbound(&mut self, line: u32, p: &Packet) -> R<()> {
-        let ip = match build_inbound(p, &mut self.flow) {
-            Ok(ip) => ip,
-            Err(BuildError::Unsupported(r)) => return unsup(format!("line {line}: {r}")),
-            Err(e) => return Err(Stop::Error(format!("line {line}: {e}"))),
-        };
-        let s = summarize_in(&ip, &self.flow);
-        self.log(format!("< {s}"));
-        let mut frame = vec![0u8; VNET_HDR_LEN];
-        frame.extend_from_slice(&ip);
-        // SAFETY: `frame` is readable for its length.
-        let n = unsafe { libc::write(self.tun.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
-        if n < 0 {
-            return Err(os_err(&format!("line {line}: writing to tun0")));
-        }
-        Ok(())
-    }
-
-    fn outbound(&mut self, line: u32, p: &Packet, lo: Instant, hi: Instant) -> R<()> {
-        if self.captured.is_empty() {
-            self.wait_until(hi, Some(0), false)?;
-        }
-        let Some((t, mut bytes)) = self.captured.pop_front() else {
-            return fail(
-                line,
-                format!("{} by {}", describe(p), us(hi)),
-                "nothing sent",
-            );
-        };
-        if let PacketBody::Tcp(tp) = &p.body {
-            self.gso_train(t, &mut bytes, tp.seq.len as usize, hi)?;
-        }
-        // An active open: the kernel's SYN names the ephemeral port.
-        if bytes.len() >= 40 && bytes[9] == 6 {
-            let ihl = usize::from(bytes[0] & 0x0f) * 4;
-            if let Some(t) = bytes.get(ihl..ihl + 20) {
-                if t[13] & 0x12 == 0x02 {
-                    self.flow.local_port = u16::from_be_bytes([t[0], t[1]]);
-                    self.flow.remote_port = u16::from_be_bytes([t[2], t[3]]);
-                }
-            }
-        }
-        let seen = summarize(&bytes, &self.flow);
-        if t < lo || t > hi {
-            return fail(
-                line,
-                format!("{} in [{}, {}]", describe(p), us(lo), us(hi)),
-                format!("{seen} at {}", us(t)),
-            );
-        }
-        if let Err(m) = match_outbound(p, &bytes, &mut self.flow) {
-            return fail(
-                line,
-                format!("{} ({}: {})", describe(p), m.field, m.expected),
-                format!("{seen} ({}: {})", m.field, m.actual),
-            );
-        }
-        Ok(())
-    }
-
-    /// A GSO train: the corpus writes a burst the kernel hands its device as one GSO
-    /// packet as one super-segment (`P. 1:10001(10000)`), but the kernel sizes its GSO
-    /// packets from its pacing rate and this TUN has no TSO, so the burst arrives as
-    /// MSS-sized packets back to back. When a line wants more payload than the first
-    /// packet carries, the packets that continue it (contiguous sequence, same ack and
-    /// ports, no SYN, nothing after a FIN/RST, each within [`GSO_TRAIN_GAP`] of the
-    /// previous) are merged, if together they carry exactly what the line wants: the
-    /// first's header, PSH and FIN from the last. The ember backend applies the same rule
-    /// to its MSS-sized segments.
-    fn gso_train(&mut self, t: Instant, first: &mut Vec<u8>, want: usize, hi: Instant) -> R<()> {
-        loop {
-            let same_train = |prev: Instant, next: Instant| {
-                next.saturating_duration_since(prev) <= GSO_TRAIN_GAP
-            };
-            match gso_train(t, first, want, &self.captured, same_train) {
-                Train::Merged(used, merged) => {
-                    self.captured.drain(..used);
-                    self.log(format!("  (merged {} GSO packets)", used + 1));
-                    *first = merged;
-                    return Ok(());
-                }
-                // The rest of the train may still be on its way.
-                Train::Partial(last_t) => {
-                    let until = last_t.saturating_add(GSO_TRAIN_GAP).min(hi);
-                    let have = self.captured.len();
-                    if self.now() >= until {
-                        return Ok(());
-                    }
-                    self.wait_until(until, Some(have), false)?;
-                    if self.captured.len() == have {
-                        return Ok(());
-                    }
-                }
-                Train::No => return Ok(()),
-            }
-        }
-    }
-
-    fn syscall(&mut self, line: u32, sc: &Syscall, start: Instant, end: Option<Instant>) -> R<()> {
-        self.log(format!("{}() line {line}", sc.name));
+    /// A system call (the loop has logged it): run here when it cannot block, else
+    /// handed to the worker (and waited for when it has no `...end`).
+    fn call(&mut self, line: u32, sc: &Syscall, start: Instant, end: Option<Instant>) -> R<()> {
         if let Some(fd) = larg(sc, 0).ok().flatten() {
             if lock(&self.fds).contains_key(&fd) && sc.name != "close" {
                 self.last_fd = Some(fd);
             }
         }
         if sc.name == "listen" {
-            self.flow.local_port = DEFAULT_PORT;
-            self.flow.remote_port = REMOTE_PORT;
+            self.core.flow.local_port = DEFAULT_PORT;
+            self.core.flow.remote_port = REMOTE_PORT;
         }
         if end.is_none() && self.inline.cannot_block(sc) {
             // A call that cannot block runs here, as the script's own thread would run
@@ -1831,7 +1608,7 @@ impl Runner {
     }
 
     /// Runs a shell line in the script's directory, inside the namespace.
-    fn shell(&mut self, line: u32, text: &str) -> R<()> {
+    fn run_shell(&mut self, line: u32, text: &str) -> R<()> {
         self.log(format!("shell `{}`", text.trim()));
         let joined = text.replace("\\\n", " ");
         let mut rest = String::new();
@@ -1935,7 +1712,7 @@ impl Runner {
         Ok(())
     }
 
-    fn code(&mut self, block: &CodeBlock) -> R<()> {
+    fn code_block(&mut self, block: &CodeBlock) -> R<()> {
         let Some(stmts) = &block.statements else {
             return unsup("a code block outside the assertion subset");
         };
@@ -2037,6 +1814,72 @@ impl Runner {
             unsafe { libc::close(*fd) };
         }
         lock(&self.fds).clear();
+    }
+}
+
+impl Backend for Runner {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64)
+    }
+
+    fn advance(&mut self, target: Instant, stop_after: Option<usize>) -> R<()> {
+        self.wait_until(target, stop_after, false)
+    }
+
+    /// The worker's report is taken when it has come; a system call (and the end of the
+    /// script) waits for it, or for its deadline.
+    fn settle(&mut self, point: Point) -> R<()> {
+        self.settle_pending(matches!(point, Point::Syscall | Point::End))
+    }
+
+    /// The datagram behind a zero virtio header, written to the TUN.
+    fn inject(&mut self, line: u32, ip: Vec<u8>) -> R<()> {
+        let mut frame = vec![0u8; VNET_HDR_LEN];
+        frame.extend_from_slice(&ip);
+        // SAFETY: `frame` is readable for its length.
+        let n = unsafe { libc::write(self.tun.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
+        if n < 0 {
+            return Err(os_err(&format!("line {line}: writing to tun0")));
+        }
+        Ok(())
+    }
+
+    fn syscall(&mut self, line: u32, sc: &Syscall, start: Instant, end: Option<Instant>) -> R<()> {
+        self.call(line, sc, start, end)
+    }
+
+    fn shell(&mut self, line: u32, text: &str) -> R<()> {
+        self.run_shell(line, text)
+    }
+
+    fn code(&mut self, block: &CodeBlock) -> R<()> {
+        self.code_block(block)
+    }
+
+    /// The kernel hands the TUN a GSO packet's segments back to back.
+    fn gso_gap(&self) -> Duration {
+        GSO_TRAIN_GAP
+    }
+
+    /// An active open: the kernel's SYN names the ephemeral port.
+    fn claimed(&mut self, bytes: &[u8]) {
+        if bytes.len() >= 40 && bytes[9] == 6 {
+            let ihl = usize::from(bytes[0] & 0x0f) * 4;
+            if let Some(t) = bytes.get(ihl..ihl + 20) {
+                if t[13] & 0x12 == 0x02 {
+                    self.core.flow.local_port = u16::from_be_bytes([t[0], t[1]]);
+                    self.core.flow.remote_port = u16::from_be_bytes([t[2], t[3]]);
+                }
+            }
+        }
     }
 }
 
@@ -2302,7 +2145,7 @@ mod tests {
         {
             assert_eq!(lconst(n), Some(i as i64 + 1), "{n}");
         }
-        assert_eq!(poll_text(0x5), "0x5 (IN|OUT)");
-        assert_eq!(poll_text(0), "0x0 (0)");
+        assert_eq!(poll_text_hex(0x5), "0x5 (IN|OUT)");
+        assert_eq!(poll_text_hex(0), "0x0 (0)");
     }
 }
