@@ -32,6 +32,7 @@
 //!   queue, a hard in-flight cap per wire, a bounded MAC table) and drops are counted.
 
 #[cfg(all(not(loom), target_os = "linux"))]
+#[allow(unsafe_code)]
 pub mod afpacket;
 #[cfg(not(loom))]
 pub mod capture;
@@ -43,10 +44,12 @@ pub mod link;
 #[cfg(not(loom))]
 pub mod memlink;
 #[cfg(all(not(loom), target_os = "linux"))]
+#[allow(unsafe_code)]
 pub mod netns;
 pub mod qdisc;
 pub mod switch;
 #[cfg(all(not(loom), target_os = "linux"))]
+#[allow(unsafe_code)]
 pub mod tap;
 pub mod wire;
 
