@@ -11,8 +11,9 @@
 //!   sockets;
 //! * [`socket`]: `TcpListener`, `TcpStream`, `UdpSocket` and a `Poller`, with the
 //!   kernel's semantics and error kinds;
-//! * [`dev`]: devices: the in-memory link (impaired, seeded) in virtual time for the
-//!   simulator and in real time as a stack device.
+//! * [`dev`]: devices: TAP, AF_PACKET, pcap capture, and the in-memory link and
+//!   impairment models of `ember-netem` (which the simulator drives in virtual time)
+//!   in real time as stack devices.
 //!
 //! The protocol core (`ember-core`) never touches a thread or a clock; this crate is
 //! where they live.
