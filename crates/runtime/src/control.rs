@@ -215,6 +215,7 @@ impl Drop for Slot {
 
 /// Makes a thread blocked in `accept` on `l` return (with `EINVAL`), whether or not the
 /// socket's path still exists.
+#[allow(unsafe_code)]
 fn wake_accept(l: &UnixListener) {
     use std::os::fd::AsRawFd;
     // SAFETY: shutdown(2) takes no pointers; the descriptor is open, because `l` is

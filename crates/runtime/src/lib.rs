@@ -11,8 +11,9 @@
 //!   sockets;
 //! * [`socket`]: `TcpListener`, `TcpStream`, `UdpSocket` and a `Poller`, with the
 //!   kernel's semantics and error kinds;
-//! * [`dev`]: devices: the in-memory link (impaired, seeded) in virtual time for the
-//!   simulator and in real time as a stack device.
+//! * [`dev`]: devices: TAP, AF_PACKET, pcap capture, and the in-memory link and
+//!   impairment models of `ember-netem` (which the simulator drives in virtual time)
+//!   in real time as stack devices.
 //!
 //! The protocol core (`ember-core`) never touches a thread or a clock; this crate is
 //! where they live.
@@ -20,6 +21,14 @@
 // Under loom only the squeue and the readiness protocol are built; what the full stack
 // uses of them is unused there.
 #![cfg_attr(loom, allow(dead_code))]
+// `unsafe` only where the operating system is called: the device modules that are FFI
+// through and through (`dev::tap`, `dev::afpacket`, `dev::netns`) allow it as a whole, and
+// so does `stack::probes` (the `usdt` provider macros expand to unsafe blocks and extern
+// blocks, besides its own semaphore reads); the few system calls elsewhere (`sync`'s CPU
+// and affinity queries, `control`'s wake-up of its accept loop) allow it on the one
+// function that makes them. Every block written here has its `SAFETY:` reason. The
+// squeue has none, by design: it is built from `sync`'s safe wrappers.
+#![deny(unsafe_code)]
 
 #[cfg(not(loom))]
 pub mod classifier;

@@ -80,6 +80,7 @@ impl Condvar {
 
 /// The CPU the calling thread runs on now (`u32::MAX` when unknown, and always under
 /// loom). Cheap: glibc reads it from the thread's rseq area.
+#[allow(unsafe_code)]
 pub(crate) fn current_cpu() -> u32 {
     #[cfg(not(loom))]
     {
@@ -115,6 +116,7 @@ std::thread_local! {
 
 /// Whether the calling thread may run on one CPU only (its affinity mask, re-read every
 /// 4096 calls so that a thread pinning itself later is noticed).
+#[allow(unsafe_code)]
 fn pinned() -> bool {
     #[cfg(not(loom))]
     {

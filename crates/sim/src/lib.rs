@@ -1,7 +1,7 @@
 //! # ember-sim: a deterministic network simulator for ember's protocol core
 //!
 //! Several hosts (each an `ember_core::Host`: ARP, IP, ICMP, UDP, TCP) are joined by
-//! in-memory Ethernet links (`ember_runtime::dev`) that lose, duplicate, reorder, corrupt
+//! in-memory Ethernet links (`ember_netem`) that lose, duplicate, reorder, corrupt
 //! and delay frames and limit bandwidth, all from one seed. A virtual clock jumps from
 //! one deadline to the next (the earliest frame arrival or host timer), so hours of
 //! simulated time take seconds and nothing sleeps. The same seed replays a run exactly:
@@ -14,7 +14,7 @@
 //! network stalls, virtual time runs past the limit, or the code panics.
 //!
 //! With `fq` (the default) each host transmits through a fair queue
-//! (`ember_runtime::dev::Fq`: per-flow DRR, CoDel, new flows first) and a byte-queue
+//! (`ember_netem::Fq`: per-flow DRR, CoDel, new flows first) and a byte-queue
 //! limit: frames leave the host's queue for its link only while the link's own transmit
 //! backlog is below `max(2 full frames, 1 ms at the link rate)`, as a device driver with
 //! BQL does, so the link queue stays short and the fair queue decides who goes next.
@@ -29,7 +29,7 @@ use ember_core::ip::IfaceId;
 use ember_core::tcp::{State, TcpError};
 use ember_core::wire::MacAddr;
 use ember_core::{Host, Instant, Params};
-use ember_runtime::dev::{
+use ember_netem::{
     byte_queue_limit, frame_flow, End, Fq, FqConfig, FqStats, ImpairConfig, Link, Switch, Wire,
 };
 use std::collections::HashMap;

@@ -8,7 +8,7 @@
 //! front of the link (`fq`, the default) the ping's p99 during the transfer stays within
 //! 5 ms of its idle p99; without them (the link's FIFO alone) the standing queue shows.
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{ping_percentile, run, RunReport, SimConfig};
 use std::time::Duration;
 

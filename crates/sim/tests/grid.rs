@@ -6,7 +6,7 @@
 //! close on both ends. A failure names its seed and parameters; replay it with
 //! `ember sim --seed S --seeds 1 --vary ...` (the parameters are printed).
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{run, SimConfig};
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! instant, the way one poll of a busy device returns many frames. The runs here use
 //! such links, so a window's worth of segments arrives as one batch and merges.
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{run, RunReport, SimConfig};
 use std::time::Duration;
 

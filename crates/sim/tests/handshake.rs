@@ -11,7 +11,7 @@
 //! makes a copy late (holding the frames behind it), so a duplicate SYN can share a batch
 //! with the final ACK.
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{run, run_seeds, SimConfig};
 use std::time::Duration;
 

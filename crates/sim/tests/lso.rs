@@ -3,7 +3,7 @@
 //! checked whether `ip_lso_outbound` is on or off, and with it on large segments were
 //! really built and split.
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{run, RunReport, SimConfig};
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! RACK-TLP (RFC 8985) in the deterministic simulator: reordering alone must not be taken
 //! for loss on a long fat path, and loss recovery still delivers every byte.
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{run, RunReport, SimConfig};
 use std::time::Duration;
 

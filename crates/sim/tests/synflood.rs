@@ -7,7 +7,7 @@
 //!
 //! `EMBER_SYNFLOOD_SYNS` sets the flood's size (default 1,000,000, at 100,000/s).
 
-use ember_runtime::dev::ImpairConfig;
+use ember_netem::ImpairConfig;
 use ember_sim::{run, RunReport, SimConfig, SynFlood};
 use std::time::Duration;
 

@@ -11,16 +11,9 @@
 
 use ember_core::time::Instant;
 
-/// What a device with a transmit queue of its own holds (see [`Device::tx_backlog`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxBacklog {
-    /// Bytes accepted by `transmit` and not yet serialised onto the medium.
-    pub bytes: usize,
-    /// The rate at which that backlog drains, in bits per second.
-    pub rate_bps: u64,
-    /// The most the device's queue holds before it drops (`usize::MAX`: not known).
-    pub capacity: usize,
-}
+/// What a device with a transmit queue of its own holds (see [`Device::tx_backlog`]);
+/// defined with the link models, whose wires report one too.
+pub use ember_netem::TxBacklog;
 
 /// A network device as the stack drives it.
 pub trait Device: Send + Sync + 'static {

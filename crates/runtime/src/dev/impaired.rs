@@ -11,11 +11,10 @@
 //! due transmit frames to the inner device. The model is seeded; with the same frames at
 //! the same instants, a seed decides the same fate for each.
 
-use super::derive_seed;
 use super::device::{Device, TxBacklog};
-use super::impair::ImpairConfig;
-use super::wire::{Wire, WireStats};
 use ember_core::time::Instant;
+use ember_netem::point_to_point_link::wire_backlog;
+use ember_netem::{derive_seed, ImpairConfig, Wire, WireStats};
 use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -189,7 +188,7 @@ impl Device for Impaired {
     /// The transmit wire's backlog when it has a finite rate (what the impairment holds
     /// back beyond that, its propagation delay, is not a queue the stack can shorten).
     fn tx_backlog(&self, now: Instant) -> Option<TxBacklog> {
-        super::link::wire_backlog(&lock(&self.tx), now)
+        wire_backlog(&lock(&self.tx), now)
     }
 }
 

@@ -8,10 +8,8 @@
 //! receive), so contention is bounded by the frame rate.
 
 use super::device::{Device, TxBacklog};
-use super::impair::ImpairConfig;
-use super::link::{End, Link};
-use super::wire::WireStats;
 use ember_core::time::Instant;
+use ember_netem::{End, ImpairConfig, Link, WireStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -18,7 +18,9 @@
 //!
 //! A thread already inside a squeue may run *one* nested item inline (a loopback pair or a
 //! listener and its new connection); deeper entries are queued. The depth is a
-//! thread-local count ([`depth`]).
+//! thread-local count ([`depth`]); it and the rest of a thread's squeue state (work
+//! [`defer`]red until the thread has left its squeues, the interrupt-thread mark, the
+//! inline service budget) live in `squeue/thread.rs`, this file holds the queue alone.
 //!
 //! Each squeue has a worker thread (bound to its CPU by the stack). The worker drains
 //! without a time limit, then *services* the perimeter (timers due, device receive queues),
@@ -34,12 +36,20 @@
 //!   an item appended while the squeue is busy is always run, by the owner or the worker.
 //! * Items run in FIFO order of their append, each exactly once.
 
+mod thread;
 pub mod wheel;
 
-use crate::sync::{thread_local, Arc, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
-use std::cell::Cell;
+#[cfg(not(loom))]
+pub use thread::{
+    defer, is_interrupt_thread, run_deferred, set_interrupt_thread, take_inline_service, Deferred,
+    INLINE_SERVICE_BUDGET,
+};
+pub use thread::{depth, inline_allowed, nested, running_others_work};
+
+use crate::sync::{Arc, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use thread::{DepthGuard, OTHERS};
 
 /// How to enter a squeue (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,183 +211,6 @@ impl core::ops::AddAssign for SqCounters {
         self.poll_switches += o.poll_switches;
         self.kicks_by_caller += o.kicks_by_caller;
         self.drain_ns += o.drain_ns;
-    }
-}
-
-thread_local! {
-    /// How many squeues the current thread is inside. (Not `const`: loom's
-    /// `thread_local!` takes plain initialisers.)
-    #[allow(clippy::missing_const_for_thread_local)]
-    static DEPTH: Cell<u32> = Cell::new(0);
-    /// The thread is running an item another thread queued (draining on its behalf).
-    #[allow(clippy::missing_const_for_thread_local)]
-    static OTHERS: Cell<bool> = Cell::new(false);
-}
-
-/// Whether the calling thread is running work another thread queued: readiness it
-/// raises then was produced on the other thread's behalf (the spin rules of
-/// `sync::spin_may_help` want the producer's CPU, not the drainer's).
-pub fn running_others_work() -> bool {
-    OTHERS.with(|o| o.get())
-}
-
-/// How many squeues the calling thread is inside (0 for an application thread).
-pub fn depth() -> u32 {
-    DEPTH.with(|d| d.get())
-}
-
-/// Work a thread does once it has left every squeue: the wake-ups of readiness raised
-/// while it owned one ([`defer`]).
-#[cfg(not(loom))]
-pub trait Deferred: Send + Sync {
-    /// Does the deferred work.
-    fn run_deferred(&self);
-}
-
-#[cfg(not(loom))]
-std::thread_local! {
-    static DEFERRED: std::cell::RefCell<std::collections::VecDeque<std::sync::Arc<dyn Deferred>>> =
-        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
-    /// `run_deferred` is running on this thread (work it runs that defers more work
-    /// appends to the same queue instead of recursing).
-    static RUNNING: Cell<bool> = const { Cell::new(false) };
-    /// Inline receive services run by the current (outermost) `run_deferred`.
-    static INLINE_BUDGET_USED: Cell<u32> = const { Cell::new(0) };
-}
-
-#[cfg(not(loom))]
-std::thread_local! {
-    /// The thread is a device's interrupt thread ([`set_interrupt_thread`]).
-    static INTERRUPT: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Marks the calling thread as a device's *interrupt thread* (the notifier of a TAP or
-/// AF_PACKET queue): when it signals that frames wait, outside any squeue and holding no
-/// lock, the squeue's receive service runs right there if the squeue is free, as
-/// FireEngine's interrupt thread enters the squeue in process mode, instead of waking the
-/// squeue's worker (one thread hand-off less per burst of frames). A busy squeue is
-/// kicked as before.
-#[cfg(not(loom))]
-pub fn set_interrupt_thread() {
-    let _ = INTERRUPT.try_with(|i| i.set(true));
-}
-
-/// Whether the calling thread was marked by [`set_interrupt_thread`].
-#[cfg(not(loom))]
-pub fn is_interrupt_thread() -> bool {
-    INTERRUPT.try_with(|i| i.get()).unwrap_or(false)
-}
-
-/// How many device services one thread runs inline for others on its way out of its
-/// squeues (two stacks on a link can bounce frames between them; past this, the
-/// receiving squeues' workers take over).
-#[cfg(not(loom))]
-pub const INLINE_SERVICE_BUDGET: u32 = 64;
-
-/// Runs `d` when the calling thread leaves its outermost squeue (at once outside any).
-///
-/// A socket's readiness is raised inside the squeue that processed the data, but the
-/// thread it wakes will enter that same squeue to read: woken while the squeue is still
-/// owned, it finds it busy and queues (or parks a second time). Waking it after the
-/// release lets it run inline. A squeue worker, and a caller draining others' items, run
-/// their deferred work between items so that a long drain does not hold wake-ups back.
-/// The same work deferred twice on one thread runs once. While the thread's local
-/// storage is being torn down (a socket dropped by a thread-local destructor) the work
-/// runs at once.
-#[cfg(not(loom))]
-pub fn defer(d: std::sync::Arc<dyn Deferred>) {
-    if depth() == 0 {
-        d.run_deferred();
-        return;
-    }
-    let queued = DEFERRED.try_with(|v| {
-        let mut v = v.borrow_mut();
-        if !v.iter().any(|x| std::sync::Arc::ptr_eq(x, &d)) {
-            v.push_back(d.clone());
-        }
-    });
-    if queued.is_err() {
-        d.run_deferred();
-    }
-}
-
-/// Runs the work [`defer`] queued on this thread, first in first out. Not re-entrant:
-/// called from inside deferred work (which entered and left a squeue), it returns and
-/// the outer call runs what was added.
-#[cfg(not(loom))]
-pub fn run_deferred() {
-    if RUNNING.try_with(|r| r.replace(true)).unwrap_or(true) {
-        return;
-    }
-    let _ = INLINE_BUDGET_USED.try_with(|b| b.set(0));
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            let _ = RUNNING.try_with(|r| r.set(false));
-        }
-    }
-    let _done = Done;
-    while let Some(d) = DEFERRED
-        .try_with(|v| v.borrow_mut().pop_front())
-        .ok()
-        .flatten()
-    {
-        d.run_deferred();
-    }
-}
-
-/// Takes one unit of the calling thread's inline service budget (see
-/// [`INLINE_SERVICE_BUDGET`]); false when it is spent.
-#[cfg(not(loom))]
-pub fn take_inline_service() -> bool {
-    INLINE_BUDGET_USED
-        .try_with(|b| {
-            let used = b.get();
-            if used >= INLINE_SERVICE_BUDGET {
-                false
-            } else {
-                b.set(used + 1);
-                true
-            }
-        })
-        .unwrap_or(false)
-}
-
-/// May the calling thread run an item inline? At depth 0 (first entry) and 1 (one nested
-/// entry), not deeper.
-pub fn inline_allowed() -> bool {
-    depth() < 2
-}
-
-/// Marks the calling thread as one level deeper while `f` runs (a nested item run
-/// directly on a perimeter the thread already owns).
-pub fn nested<R>(f: impl FnOnce() -> R) -> R {
-    let _d = DepthGuard::enter();
-    f()
-}
-
-struct DepthGuard;
-
-impl DepthGuard {
-    fn enter() -> DepthGuard {
-        DEPTH.with(|d| d.set(d.get() + 1));
-        DepthGuard
-    }
-}
-
-impl Drop for DepthGuard {
-    fn drop(&mut self) {
-        let left = DEPTH.with(|d| {
-            let n = d.get().saturating_sub(1);
-            d.set(n);
-            n
-        });
-        #[cfg(not(loom))]
-        if left == 0 {
-            run_deferred();
-        }
-        #[cfg(loom)]
-        let _ = left;
     }
 }
 

@@ -26,6 +26,7 @@
 //!   a rule unfuses every fused connection it matches, because fused data would bypass it.
 
 pub(crate) mod perim;
+#[allow(unsafe_code)]
 mod probes;
 pub(crate) mod txq;
 pub use txq::TxStats;

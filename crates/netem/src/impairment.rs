@@ -1,6 +1,6 @@
 //! Impairment configuration for one direction of an in-memory link.
 //!
-//! An [`ImpairConfig`] says what a [`Wire`](super::wire::Wire) does to the frames that cross
+//! An [`ImpairConfig`] says what a [`Wire`](crate::one_way_link::Wire) does to the frames that cross
 //! it: random loss, duplication, reordering and single-bit corruption (each a probability per
 //! frame), a fixed one-way propagation delay plus uniform jitter, an optional serialisation
 //! rate with a bounded transmit queue (tail drop), and an MTU.
@@ -47,7 +47,7 @@ pub const REORDER_MIN_BASE: Duration = Duration::from_millis(1);
 ///
 /// Processing order for a frame handed to a wire: MTU check, loss, queue admission (only when
 /// `rate_bps` is set), then corruption, reordering, jitter and duplication of the accepted
-/// frame. See [`Wire`](super::wire::Wire) for the exact timing model.
+/// frame. See [`Wire`](crate::one_way_link::Wire) for the exact timing model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImpairConfig {
     /// Probability that a frame is dropped on entry (it takes no queue space).

@@ -50,7 +50,7 @@ use ember_core::time::Instant;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::impair::{below, chance, remix, reorder_hold, uniform_upto, Draws, ImpairConfig};
+use crate::impairment::{below, chance, remix, reorder_hold, uniform_upto, Draws, ImpairConfig};
 
 /// Hard cap on frames in flight on one wire (duplicates included).
 pub const MAX_IN_FLIGHT_FRAMES: usize = 1 << 16;

@@ -7,10 +7,10 @@
 
 use ember_core::time::Instant;
 
-use super::derive_seed;
-use super::device::TxBacklog;
-use super::impair::ImpairConfig;
-use super::wire::{SendOutcome, Wire};
+use crate::derive_seed;
+use crate::impairment::ImpairConfig;
+use crate::one_way_link::{SendOutcome, Wire};
+use crate::TxBacklog;
 
 /// One end of a [`Link`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +94,9 @@ impl Link {
     }
 }
 
-/// A wire's backlog as a device reports it: `None` with an infinite rate.
-pub(crate) fn wire_backlog(w: &Wire, now: Instant) -> Option<TxBacklog> {
+/// A wire's backlog as a device reports it: `None` with an infinite rate. Public for the
+/// runtime's `Impaired` device, which wraps a wire per direction.
+pub fn wire_backlog(w: &Wire, now: Instant) -> Option<TxBacklog> {
     let rate_bps = w.rate_bps()?;
     Some(TxBacklog {
         bytes: w.backlog(now),

@@ -37,9 +37,9 @@ use std::collections::BTreeMap;
 
 use ember_core::time::Instant;
 
-use super::derive_seed;
-use super::impair::{ImpairConfig, ETH_HEADER_LEN};
-use super::wire::{SendOutcome, Wire};
+use crate::derive_seed;
+use crate::impairment::{ImpairConfig, ETH_HEADER_LEN};
+use crate::one_way_link::{SendOutcome, Wire};
 
 /// Largest number of entries in the MAC table.
 pub const MAC_TABLE_CAPACITY: usize = 4096;
