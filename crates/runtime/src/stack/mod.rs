@@ -725,10 +725,14 @@ impl StackInner {
     pub(crate) fn with_ip<R>(
         &self,
         now: Instant,
-        p: Option<&mut Perim>,
+        mut p: Option<&mut Perim>,
         f: impl FnOnce(&mut IpLayer, &mut Inbound) -> R,
     ) -> R {
-        let mut inbound = Inbound::default();
+        // The squeue's own buffer, kept from batch to batch (no allocation per batch).
+        let mut inbound = p
+            .as_deref_mut()
+            .map(|p| std::mem::take(&mut p.inbound))
+            .unwrap_or_default();
         let r = {
             let mut ip = self.ip();
             let r = f(&mut ip, &mut inbound);
@@ -736,8 +740,14 @@ impl StackInner {
             self.publish_host_deadline(&ip);
             r
         };
-        if !inbound.0.is_empty() {
-            self.deliver_inbound(p, now, inbound);
+        let p = if inbound.0.is_empty() {
+            p
+        } else {
+            self.deliver_inbound(p, now, &mut inbound)
+        };
+        if let Some(p) = p {
+            inbound.0.clear();
+            p.inbound = inbound;
         }
         r
     }
@@ -819,12 +829,17 @@ impl StackInner {
     /// segment: a segment for `p`'s squeue is taken in here (as one batch), one for
     /// another squeue enters that squeue; a segment for no connection goes to the squeue
     /// its flow hashes to, where the endpoint answers it.
-    fn deliver_inbound(&self, mut p: Option<&mut Perim>, now: Instant, inbound: Inbound) {
+    fn deliver_inbound<'p>(
+        &self,
+        mut p: Option<&'p mut Perim>,
+        now: Instant,
+        inbound: &mut Inbound,
+    ) -> Option<&'p mut Perim> {
         let n = self.squeues.len();
         if let Some(p) = p.as_deref_mut() {
             p.begin_batch();
         }
-        for item in inbound.0 {
+        for item in inbound.0.drain(..) {
             match item {
                 InboundItem::Segment(seg) => {
                     let Some(t) = seg.tuple() else {
@@ -858,9 +873,10 @@ impl StackInner {
                 }
             }
         }
-        if let Some(p) = p {
+        if let Some(p) = p.as_deref_mut() {
             p.end_batch(self, now);
         }
+        p
     }
 
     /// A segment for a connection on squeue `sq`: enter it (inline when idle and the
@@ -1009,7 +1025,7 @@ impl crate::squeue::Deferred for RxEntry {
 #[derive(Default)]
 pub(crate) struct Inbound(Vec<InboundItem>);
 
-enum InboundItem {
+pub(crate) enum InboundItem {
     Segment(Seg),
     IcmpError(TcpIcmpError),
 }

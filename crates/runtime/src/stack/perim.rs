@@ -304,6 +304,8 @@ pub(crate) struct Perim {
     batching: bool,
     /// Connections the batch touched, to flush at its end.
     touched: Vec<Key>,
+    /// What the IP layer last received for TCP, kept as a buffer for the next batch.
+    pub inbound: super::Inbound,
     /// Squeue 0 runs the IP layer's own timers (ARP, reassembly): this is the IP
     /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
     /// reading it never touches the stack's reference count.
@@ -337,6 +339,7 @@ impl Perim {
             tsq_running: false,
             batching: false,
             touched: Vec::new(),
+            inbound: super::Inbound::default(),
             host_deadline: None,
             probing: false,
         }
