@@ -4,7 +4,7 @@
 //! else in the batch takes its usual path; `ip_gro = 0` and single frames change nothing;
 //! an external TCP gets the merged segment as one upcall that says what it stands for.
 
-use ember_core::host::{ConnId, Interface, TcpUpcall};
+use ember_core::host::{ConnId, Interface, IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
 use ember_core::ip::IfaceId;
 use ember_core::time::Instant;
 use ember_core::wire::{
@@ -338,12 +338,38 @@ fn single_frames_take_the_plain_path() {
     assert_eq!((s.ip.gro_merged, s.ip.gro_segs_out), (0, 0));
 }
 
-/// With TCP outside the host, the merged segment is one upcall that says what it
-/// stands for; a single frame's upcall is unverified and stands for itself.
+/// What an IP layer hands to a TCP of its own (the runtime's squeues): each segment with
+/// what it stands for, collected.
+#[derive(Default)]
+struct Collect(Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>, bool, u16, u16)>);
+
+impl TcpSink for Collect {
+    fn tcp_segment(&mut self, _ip: &mut IpLayer, _now: Instant, s: TcpSegmentIn<'_>) {
+        let bytes = s.bytes.into_owned();
+        self.0
+            .push((s.src, s.dst, bytes, s.csum_ok, s.segs, s.gso_size));
+    }
+
+    fn tcp_icmp_error(&mut self, _ip: &mut IpLayer, _now: Instant, e: TcpIcmpError) {
+        panic!("no ICMP error expected: {e:?}");
+    }
+}
+
+/// An IP layer driven without the host's TCP gets the merged segment as one delivery
+/// that says what it stands for; a single frame's segment is unverified and stands for
+/// itself.
 #[test]
-fn external_tcp_gets_the_merged_segment_with_its_description() {
-    let mut l = Lab::new(&[]);
-    l.h.set_tcp_external(true);
+fn an_ip_layer_delivers_the_merged_segment_with_its_description() {
+    let now = Instant::from_secs(1);
+    let mut ip = IpLayer::new(Params::default(), [0x5a; 16]);
+    ip.add_interface(Interface {
+        mac: MAC_A,
+        addr: IP_A,
+        prefix_len: 24,
+        mtu: 1500,
+    })
+    .unwrap();
+    let mut tcp = Collect::default();
     let mut peer = Peer {
         seq: 5000,
         ack: 1,
@@ -351,36 +377,19 @@ fn external_tcp_gets_the_merged_segment_with_its_description() {
         tsecr: 1,
     };
     let batch = peer.data(&[G, G, G, 100]);
-    l.h.receive_batch(l.now, IF0, &batch);
-    let ups: Vec<_> = std::iter::from_fn(|| l.h.poll_tcp_upcall()).collect();
-    assert_eq!(ups.len(), 1);
-    let TcpUpcall::Segment {
-        src,
-        dst,
-        segment,
-        csum_ok,
-        segs,
-        gso_size,
-    } = &ups[0]
-    else {
-        panic!("{:?}", ups[0]);
-    };
+    ip.receive_batch(now, IF0, &batch, &mut tcp);
+    assert_eq!(tcp.0.len(), 1);
+    let (src, dst, segment, csum_ok, segs, gso_size) = &tcp.0[0];
     assert_eq!((*src, *dst), (IP_P, IP_A));
     assert_eq!((*csum_ok, *segs, *gso_size), (true, 4, G as u16));
     let (t, data) = TcpRepr::parse(segment, IP_P, IP_A, false).unwrap();
     assert_eq!(t.seq, 5000);
     assert_eq!(data, &stream(5000, 3 * G + 100)[..]);
     let one = peer.data(&[10]);
-    l.h.receive(l.now, IF0, &one[0]);
-    match l.h.poll_tcp_upcall() {
-        Some(TcpUpcall::Segment {
-            csum_ok,
-            segs,
-            gso_size,
-            ..
-        }) => assert_eq!((csum_ok, segs, gso_size), (false, 1, 0)),
-        u => panic!("{u:?}"),
-    }
+    ip.receive(now, IF0, &one[0], &mut tcp);
+    assert_eq!(tcp.0.len(), 2);
+    let (_, _, _, csum_ok, segs, gso_size) = &tcp.0[1];
+    assert_eq!((*csum_ok, *segs, *gso_size), (false, 1, 0));
 }
 
 /// A duplicate of the peer's SYN and its final ACK in one receive batch (as a device poll

@@ -4,15 +4,15 @@
 //! transport: header validity and checksum, a destination that is ours, a source that can
 //! be a unicast host, and reassembly of fragments within the memory and time bounds.
 //!
-//! Frames may come one at a time ([`Host::receive`]) or as a batch
-//! ([`Host::receive_batch`]): then, with `ip_gro` on, the batch's TCP segments pass
+//! Frames may come one at a time ([`IpLayer::receive`]) or as a batch
+//! ([`IpLayer::receive_batch`]): then, with `ip_gro` on, the batch's TCP segments pass
 //! through receive-side coalescing (`ip::gro`) on their way to TCP, so consecutive
 //! in-order segments of one flow reach TCP as one. Everything else takes the same path
 //! either way, in arrival order.
 
-use super::{Host, PingReply, SocketEvent};
+use super::ip::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
+use super::PingReply;
 use crate::icmp;
-use crate::ip::gro::GroSeg;
 use crate::ip::reassembly::{ReasmKey, ReasmOutcome};
 use crate::ip::route::IfaceId;
 use crate::ip::{is_invalid_source, subnet_broadcast};
@@ -20,67 +20,59 @@ use crate::time::Instant;
 use crate::udp::Datagram;
 use crate::wire::{
     ethertype, icmp_type, icmp_unreach, ip_proto, ArpOp, ArpRepr, EthernetRepr, Icmpv4Repr,
-    Ipv4Repr, TcpRepr, UdpRepr, IPV4_HEADER_LEN,
+    Ipv4Repr, UdpRepr, IPV4_HEADER_LEN,
 };
 use std::net::SocketAddrV4;
 
-impl Host {
-    /// A frame arrived on interface `iface`.
-    pub fn receive(&mut self, now: Instant, iface: IfaceId, frame: &[u8]) {
-        self.receive_frame(now, iface, frame);
-        self.run_loopback(now);
+impl IpLayer {
+    /// A frame arrived on interface `iface`; what it carries for TCP goes to `tcp`.
+    pub fn receive<S: TcpSink + ?Sized>(
+        &mut self,
+        now: Instant,
+        iface: IfaceId,
+        frame: &[u8],
+        tcp: &mut S,
+    ) {
+        self.receive_frame(now, iface, frame, tcp);
+        self.run_loopback(now, tcp);
     }
 
     /// Frames that arrived together on interface `iface` (one receive batch, e.g. one
-    /// poll of a device), in arrival order. The same as [`Host::receive`] for each in
+    /// poll of a device), in arrival order. The same as [`IpLayer::receive`] for each in
     /// turn, except that with `ip_gro` on, the batch's TCP segments go through
     /// receive-side coalescing (`ip::gro`): consecutive in-order segments of one flow
-    /// reach TCP (this host's own or, with [`Host::set_tcp_external`], the
-    /// [`super::TcpUpcall::Segment`]s) as one. Each flow's segments keep their order;
-    /// everything else (ARP, ICMP, UDP, fragments until reassembled) is handled as it
-    /// comes. All of the batch's TCP segments have reached TCP when this returns.
-    ///
-    /// As in the runtime (one device poll), a connection the batch's segments reach sends
-    /// once, after all of them are in: a run of ACKs opens the window once, and what a
-    /// segment asked for (an ACK, a retransmitted SYN,ACK) may be overtaken by what a
-    /// later segment of the batch did. New connections (a SYN at a listener) and answers
-    /// from no connection leave at once.
-    pub fn receive_batch<I>(&mut self, now: Instant, iface: IfaceId, frames: I)
+    /// reach `tcp` as one. Each flow's segments keep their order; everything else (ARP,
+    /// ICMP, UDP, fragments until reassembled) is handled as it comes. All of the batch's
+    /// TCP segments have reached `tcp` when this returns. What the batch sent to our own
+    /// addresses waits for [`IpLayer::run_loopback`].
+    pub fn receive_batch<I, S>(&mut self, now: Instant, iface: IfaceId, frames: I, tcp: &mut S)
     where
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
+        S: TcpSink + ?Sized,
     {
         let mut frames = frames.into_iter().peekable();
-        // Nested calls (none today) would flush with the outer batch.
-        let outer = !self.tcp_batch;
-        self.tcp_batch = true;
         while let Some(f) = frames.next() {
             // A batch of one has nothing to merge with: the plain path.
             if self.params.ip_gro && !self.gro_batch && frames.peek().is_some() {
                 self.gro_batch = true;
             }
-            self.receive_frame(now, iface, f.as_ref());
+            self.receive_frame(now, iface, f.as_ref(), tcp);
         }
         if self.gro_batch {
             self.gro_batch = false;
             self.gro.flush(&mut self.gro_out);
-            self.gro_deliver(now);
+            self.gro_deliver(now, tcp);
         }
-        if outer {
-            self.tcp_batch = false;
-            let mut touched = core::mem::take(&mut self.tcp_touched);
-            for &id in &touched {
-                self.flush_conn(now, id);
-            }
-            touched.clear();
-            if self.tcp_touched.is_empty() {
-                self.tcp_touched = touched;
-            }
-        }
-        self.run_loopback(now);
     }
 
-    fn receive_frame(&mut self, now: Instant, iface: IfaceId, frame: &[u8]) {
+    fn receive_frame<S: TcpSink + ?Sized>(
+        &mut self,
+        now: Instant,
+        iface: IfaceId,
+        frame: &[u8],
+        tcp: &mut S,
+    ) {
         let Some(ifc) = self.ifaces.get(usize::from(iface.0)).copied() else {
             return;
         };
@@ -95,43 +87,29 @@ impl Host {
         }
         match eth.ethertype {
             ethertype::ARP => self.arp_input(now, iface, &eth, payload),
-            ethertype::IPV4 => self.ip_input(now, iface, payload, link_bcast),
+            ethertype::IPV4 => self.ip_input(now, iface, payload, link_bcast, tcp),
             _ => self.stats.ip.eth_not_for_us += 1,
         }
     }
 
     /// Hands what GRO has made ready to TCP, in order.
-    fn gro_deliver(&mut self, now: Instant) {
+    fn gro_deliver<S: TcpSink + ?Sized>(&mut self, now: Instant, tcp: &mut S) {
         let mut out = core::mem::take(&mut self.gro_out);
         for s in out.drain(..) {
-            self.tcp_segment(now, s);
+            let seg = TcpSegmentIn {
+                src: s.src,
+                dst: s.dst,
+                bytes: s.bytes.into(),
+                csum_ok: s.csum_ok,
+                segs: s.segs,
+                gso_size: s.gso_size,
+            };
+            tcp.tcp_segment(self, now, seg);
         }
         // Keep the buffer for the next batch (a nested delivery may have left one).
         if self.gro_out.is_empty() {
             self.gro_out = out;
         }
-    }
-
-    /// One segment out of GRO, to this host's TCP or to the owner's.
-    fn tcp_segment(&mut self, now: Instant, s: GroSeg) {
-        if self.tcp_external {
-            self.push_upcall(super::TcpUpcall::Segment {
-                src: s.src,
-                dst: s.dst,
-                segment: s.bytes,
-                csum_ok: s.csum_ok,
-                segs: s.segs,
-                gso_size: s.gso_size,
-            });
-            return;
-        }
-        let Ok((seg, data)) = TcpRepr::parse(&s.bytes, s.src, s.dst, !s.csum_ok) else {
-            // RFC 4022: tcpInSegs counts segments received in error too.
-            self.stats.tcp.in_segs += u64::from(s.segs);
-            self.stats.tcp.in_errs += u64::from(s.segs);
-            return;
-        };
-        self.tcp_input(now, s.src, s.dst, &seg, data, (s.segs, s.gso_size));
     }
 
     /// RFC 826 packet reception, with one check RFC 826 lacks: the sender hardware
@@ -163,12 +141,13 @@ impl Host {
     }
 
     /// RFC 791 / RFC 1122 §3.2.1: IPv4 input.
-    pub(crate) fn ip_input(
+    pub(crate) fn ip_input<S: TcpSink + ?Sized>(
         &mut self,
         now: Instant,
         iface: IfaceId,
         packet: &[u8],
         link_bcast: bool,
+        tcp: &mut S,
     ) {
         self.stats.ip.in_receives += 1;
         let Ok((ip, payload)) = Ipv4Repr::parse(packet, true) else {
@@ -230,18 +209,27 @@ impl Host {
                     let mut original = vec![0u8; qlen];
                     whole.emit(&mut original[..IPV4_HEADER_LEN]);
                     original[IPV4_HEADER_LEN..].copy_from_slice(&data[..qlen - IPV4_HEADER_LEN]);
-                    self.deliver(now, iface, &whole, &data, link_bcast || bcast, &original);
+                    self.deliver(
+                        now,
+                        iface,
+                        &whole,
+                        &data,
+                        link_bcast || bcast,
+                        &original,
+                        tcp,
+                    );
                 }
                 ReasmOutcome::Dropped(_) => self.stats.ip.reasm_fails += 1,
             }
             return;
         }
-        self.deliver(now, iface, &ip, payload, link_bcast || bcast, packet);
+        self.deliver(now, iface, &ip, payload, link_bcast || bcast, packet, tcp);
     }
 
     /// Hands a complete datagram to its transport. `original` is the datagram as it
     /// arrived (for ICMP quotes).
-    fn deliver(
+    #[allow(clippy::too_many_arguments)]
+    fn deliver<S: TcpSink + ?Sized>(
         &mut self,
         now: Instant,
         iface: IfaceId,
@@ -249,10 +237,11 @@ impl Host {
         payload: &[u8],
         broadcast: bool,
         original: &[u8],
+        tcp: &mut S,
     ) {
         self.stats.ip.in_delivers += 1;
         match ip.protocol {
-            ip_proto::ICMP => self.icmp_input(now, iface, ip, payload, broadcast),
+            ip_proto::ICMP => self.icmp_input(now, iface, ip, payload, broadcast, tcp),
             ip_proto::UDP => self.udp_input(now, ip, payload, broadcast, original),
             ip_proto::TCP => {
                 if broadcast {
@@ -262,27 +251,18 @@ impl Host {
                 if self.gro_batch {
                     self.gro
                         .push_slice(ip.src, ip.dst, payload, false, &mut self.gro_out);
-                    self.gro_deliver(now);
+                    self.gro_deliver(now, tcp);
                     return;
                 }
-                if self.tcp_external {
-                    self.push_upcall(super::TcpUpcall::Segment {
-                        src: ip.src,
-                        dst: ip.dst,
-                        segment: payload.to_vec(),
-                        csum_ok: false,
-                        segs: 1,
-                        gso_size: 0,
-                    });
-                    return;
-                }
-                let Ok((seg, data)) = TcpRepr::parse(payload, ip.src, ip.dst, true) else {
-                    // RFC 4022: tcpInSegs counts segments received in error too.
-                    self.stats.tcp.in_segs += 1;
-                    self.stats.tcp.in_errs += 1;
-                    return;
+                let seg = TcpSegmentIn {
+                    src: ip.src,
+                    dst: ip.dst,
+                    bytes: payload.into(),
+                    csum_ok: false,
+                    segs: 1,
+                    gso_size: 0,
                 };
-                self.tcp_input(now, ip.src, ip.dst, &seg, data, (1, 0));
+                tcp.tcp_segment(self, now, seg);
             }
             _ => {
                 self.stats.ip.in_unknown_protos += 1;
@@ -301,13 +281,14 @@ impl Host {
     }
 
     /// RFC 792 / RFC 1122 §3.2.2.
-    fn icmp_input(
+    fn icmp_input<S: TcpSink + ?Sized>(
         &mut self,
         now: Instant,
         _iface: IfaceId,
         ip: &Ipv4Repr,
         payload: &[u8],
         broadcast: bool,
+        tcp: &mut S,
     ) {
         self.stats.icmp.in_msgs += 1;
         let Ok(msg) = Icmpv4Repr::parse(payload) else {
@@ -355,7 +336,7 @@ impl Host {
                 original,
             } => {
                 self.stats.icmp.in_dest_unreachs += 1;
-                self.icmp_error_input(now, code, next_hop_mtu, original);
+                self.icmp_error_input(now, code, next_hop_mtu, original, tcp);
             }
             Icmpv4Repr::TimeExceeded { .. } => {
                 // Soft error for TCP (RFC 1122 §4.2.3.9): nothing to do.
@@ -367,7 +348,14 @@ impl Host {
 
     /// An ICMP destination unreachable names one of our datagrams: tell the transport
     /// (RFC 1122 §4.2.3.9; RFC 5927 validation for TCP; RFC 1191 path MTU).
-    fn icmp_error_input(&mut self, now: Instant, code: u8, mtu: u16, original: &[u8]) {
+    fn icmp_error_input<S: TcpSink + ?Sized>(
+        &mut self,
+        now: Instant,
+        code: u8,
+        mtu: u16,
+        original: &[u8],
+        tcp: &mut S,
+    ) {
         let Ok((q, transport)) = Ipv4Repr::parse_quoted(original) else {
             self.stats.icmp.in_errors += 1;
             return;
@@ -380,17 +368,14 @@ impl Host {
         let seq = u32::from_be_bytes([transport[4], transport[5], transport[6], transport[7]]);
         let local = SocketAddrV4::new(q.src, sport);
         let remote = SocketAddrV4::new(q.dst, dport);
-        if self.tcp_external {
-            self.push_upcall(super::TcpUpcall::IcmpError {
-                local,
-                remote,
-                seq,
-                code,
-                mtu,
-            });
-            return;
-        }
-        self.tcp_icmp_error(now, local, remote, seq, code, mtu);
+        let err = TcpIcmpError {
+            local,
+            remote,
+            seq,
+            code,
+            mtu,
+        };
+        tcp.tcp_icmp_error(self, now, err);
     }
 
     /// RFC 768 / RFC 1122 §4.1.3.
@@ -438,15 +423,16 @@ impl Host {
         if sock.push(d) {
             self.stats.udp.in_datagrams += 1;
             if sock.len() == 1 {
-                self.ready.push_back(SocketEvent::Udp(id));
+                self.udp_ready.push_back(id);
             }
         } else {
             self.stats.udp.rcvbuf_errors += 1;
         }
     }
 
-    /// Datagrams we sent to ourselves.
-    pub(crate) fn run_loopback(&mut self, now: Instant) {
+    /// Takes in the datagrams we sent to ourselves; what they carry for TCP goes to
+    /// `tcp`.
+    pub fn run_loopback<S: TcpSink + ?Sized>(&mut self, now: Instant, tcp: &mut S) {
         // Bounded: each round can queue more, so cap the work per call.
         let mut budget = super::MAX_LOOPBACK_QUEUE;
         while budget > 0 {
@@ -458,7 +444,7 @@ impl Host {
                 continue;
             };
             let iface = self.iface_by_addr(ip.dst).unwrap_or(IfaceId(0));
-            self.ip_input(now, iface, &pkt, false);
+            self.ip_input(now, iface, &pkt, false, tcp);
         }
     }
 

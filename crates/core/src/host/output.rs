@@ -6,21 +6,20 @@
 //! Ethernet header, so a packet is written once and only its link header is filled in
 //! after ARP answers.
 
-use super::{Frame, Host, Pending, UdpId, MAX_LOOPBACK_QUEUE, MAX_TX_QUEUE};
+use super::ip::{IpLayer, TcpSink};
+use super::{Frame, Pending, MAX_LOOPBACK_QUEUE, MAX_TX_QUEUE};
 use crate::icmp;
 use crate::ip::arp::Resolve;
 use crate::ip::fragment::fragment_plan;
 use crate::ip::gso::gso_split;
 use crate::ip::route::IfaceId;
 use crate::time::Instant;
-use crate::udp::{UdpEndpoint, DEFAULT_RCVBUF, MAX_PAYLOAD};
 use crate::wire::{
     ethertype, icmp_type, ip_proto, ArpOp, ArpRepr, EthernetRepr, Icmpv4Repr, Ipv4Repr, MacAddr,
-    TcpRepr, UdpRepr, ARP_LEN, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, TCP_HEADER_LEN,
-    UDP_HEADER_LEN,
+    TcpRepr, ARP_LEN, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, TCP_HEADER_LEN,
 };
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 
 /// Ethernet header room at the front of every packet buffer.
 pub const HEADROOM: usize = ETHERNET_HEADER_LEN;
@@ -57,7 +56,7 @@ pub(crate) fn datagram_buffer(hdr: &Ipv4Repr) -> Vec<u8> {
     f
 }
 
-impl Host {
+impl IpLayer {
     /// [`plain_header`] with this host's TTL and a fresh identification.
     pub(crate) fn header(
         &mut self,
@@ -77,11 +76,17 @@ impl Host {
         )
     }
 
-    /// [`Host::send_datagram`] for a TCP segment built outside this host (the runtime's
+    /// [`IpLayer::send_datagram`] for a TCP segment built outside this host (the runtime's
     /// squeues) that may be large (`gso` > 0, LSO): as `ip_output_gso`, after ARP it is
     /// split into pieces of `gso` payload bytes (or handed whole to a TSO interface), and
     /// its TCP checksum, which a large segment arrives without, is filled where it is cut.
-    pub fn send_tcp_gso(&mut self, now: Instant, frame: Vec<u8>, gso: u16) -> io::Result<()> {
+    pub fn send_tcp_gso<S: TcpSink + ?Sized>(
+        &mut self,
+        now: Instant,
+        frame: Vec<u8>,
+        gso: u16,
+        tcp: &mut S,
+    ) -> io::Result<()> {
         if frame.len() < HEADROOM + IPV4_HEADER_LEN {
             return Err(io::ErrorKind::InvalidInput.into());
         }
@@ -90,7 +95,7 @@ impl Host {
             .get(HEADROOM + ihl + 12)
             .map_or(0, |b| usize::from(b >> 4) * 4);
         let r = self.ip_output_gso(now, frame, gso, ihl + doff);
-        self.run_loopback(now);
+        self.run_loopback(now, tcp);
         r
     }
 
@@ -100,7 +105,7 @@ impl Host {
         self.ip_output_gso(now, frame, 0, 0)
     }
 
-    /// [`Host::ip_output`] for a TCP segment that may be large (`gso` > 0: pieces of
+    /// [`IpLayer::ip_output`] for a TCP segment that may be large (`gso` > 0: pieces of
     /// `gso` payload bytes behind `hdrs` bytes of IPv4 and TCP header). A large segment is
     /// never fragmented: its pieces must fit the MTU, and it is split (or handed whole to
     /// a TSO interface) after ARP, so its pieces stay in order.
@@ -322,20 +327,25 @@ impl Host {
     /// Sends an IP datagram built by the owner (external TCP): `frame` holds
     /// [`HEADROOM`] bytes for the Ethernet header, then a complete IPv4 datagram. It is
     /// routed, fragmented if DF is clear and it exceeds the MTU, resolved through ARP and
-    /// queued for the driver ([`Host::poll_transmit`]); to our own address it goes to the
+    /// queued for the driver ([`IpLayer::poll_transmit`]); to our own address it goes to the
     /// loopback queue.
-    pub fn send_datagram(&mut self, now: Instant, frame: Vec<u8>) -> io::Result<()> {
+    pub fn send_datagram<S: TcpSink + ?Sized>(
+        &mut self,
+        now: Instant,
+        frame: Vec<u8>,
+        tcp: &mut S,
+    ) -> io::Result<()> {
         if frame.len() < HEADROOM + IPV4_HEADER_LEN {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         let r = self.ip_output(now, frame);
-        self.run_loopback(now);
+        self.run_loopback(now, tcp);
         r
     }
 
     /// Where a datagram to `dst` leaves: the interface, the next hop's link address if
     /// ARP knows it, and the path MTU. `None` when there is no route, `dst` is one of
-    /// ours, or it is a broadcast address (those take [`Host::send_datagram`]).
+    /// ours, or it is a broadcast address (those take [`IpLayer::send_datagram`]).
     pub fn next_hop(&self, now: Instant, dst: Ipv4Addr) -> Option<(IfaceId, Option<MacAddr>, u32)> {
         if self.is_local_addr(dst) || self.is_broadcast_addr(dst) {
             return None;
@@ -359,7 +369,17 @@ impl Host {
 
     /// The source address to use towards `dst`, and the path MTU.
     pub fn source_for(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u32)> {
-        source_for(&self.ifaces, &self.routes, dst)
+        if dst.is_loopback() {
+            return Some((Ipv4Addr::LOCALHOST, 65_535));
+        }
+        if let Some(i) = self.ifaces.iter().find(|i| i.addr == dst) {
+            // Our own address: delivered internally, like Linux's `lo`.
+            return Some((i.addr, 65_535));
+        }
+        let r = self.routes.lookup(dst)?;
+        let ifc = self.ifaces.get(usize::from(r.iface.0))?;
+        let mtu = r.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu);
+        Some((ifc.addr, mtu))
     }
 
     /// Sends an ICMP message from `src` to `dst`.
@@ -418,13 +438,14 @@ impl Host {
     }
 
     /// Sends an ICMP echo request (ping).
-    pub fn ping(
+    pub fn ping<S: TcpSink + ?Sized>(
         &mut self,
         now: Instant,
         dst: Ipv4Addr,
         ident: u16,
         seq_no: u16,
         data: &[u8],
+        tcp: &mut S,
     ) -> io::Result<()> {
         if data.len() > usize::from(u16::MAX) - IPV4_HEADER_LEN - 8 {
             return Err(io::Error::new(
@@ -447,137 +468,13 @@ impl Host {
                 data,
             },
         );
-        self.run_loopback(now);
+        self.run_loopback(now, tcp);
         Ok(())
-    }
-
-    /// Binds a UDP socket (port 0 picks an ephemeral port).
-    pub fn udp_bind(&mut self, local: SocketAddrV4) -> io::Result<UdpId> {
-        if !local.ip().is_unspecified() && !self.is_local_addr(*local.ip()) {
-            return Err(io::ErrorKind::AddrNotAvailable.into());
-        }
-        let mut local = local;
-        if local.port() == 0 {
-            let lo = self.params.tcp_smallest_anon_port;
-            let hi = self.params.tcp_largest_anon_port;
-            let range = hi - lo + 1;
-            let mut found = None;
-            for i in 0..range {
-                let port = (lo + (self.next_port.wrapping_add(i)) % range) as u16;
-                let cand = SocketAddrV4::new(*local.ip(), port);
-                let wild = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-                if !self.udp_by_addr.contains_key(&cand) && !self.udp_by_addr.contains_key(&wild) {
-                    found = Some(cand);
-                    self.next_port = self.next_port.wrapping_add(i + 1);
-                    break;
-                }
-            }
-            local = found.ok_or_else(|| io::Error::from(io::ErrorKind::AddrInUse))?;
-        } else {
-            let wild = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port());
-            if self.udp_by_addr.contains_key(&local) || self.udp_by_addr.contains_key(&wild) {
-                return Err(io::ErrorKind::AddrInUse.into());
-            }
-            if local.ip().is_unspecified()
-                && self.udp_by_addr.keys().any(|a| a.port() == local.port())
-            {
-                return Err(io::ErrorKind::AddrInUse.into());
-            }
-        }
-        let id = UdpId(self.udp.insert(UdpEndpoint::new(local, DEFAULT_RCVBUF)));
-        self.udp_by_addr.insert(local, id);
-        Ok(id)
-    }
-
-    /// The local address of a UDP socket.
-    pub fn udp_local_addr(&self, id: UdpId) -> Option<SocketAddrV4> {
-        self.udp.get(id.0).map(|u| u.local)
-    }
-
-    /// Sends a datagram (fragmented if larger than the path MTU).
-    pub fn udp_send_to(
-        &mut self,
-        now: Instant,
-        id: UdpId,
-        to: SocketAddrV4,
-        data: &[u8],
-    ) -> io::Result<usize> {
-        let (local, tos) = self
-            .udp
-            .get(id.0)
-            .map(|u| (u.local, u.tos))
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-        if data.len() > MAX_PAYLOAD {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "message too long",
-            ));
-        }
-        if to.port() == 0 {
-            return Err(io::ErrorKind::InvalidInput.into());
-        }
-        let src = if local.ip().is_unspecified() {
-            let Some((src, _)) = self.source_for(*to.ip()) else {
-                self.stats.ip.out_no_routes += 1;
-                return Err(io::ErrorKind::NetworkUnreachable.into());
-            };
-            src
-        } else {
-            *local.ip()
-        };
-        let udp_len = UDP_HEADER_LEN + data.len();
-        let ip = Ipv4Repr {
-            dscp_ecn: tos,
-            ..self.header(src, *to.ip(), ip_proto::UDP, udp_len)
-        };
-        let mut f = datagram_buffer(&ip);
-        let u = &mut f[HEADROOM + IPV4_HEADER_LEN..];
-        u[UDP_HEADER_LEN..].copy_from_slice(data);
-        UdpRepr {
-            src_port: local.port(),
-            dst_port: to.port(),
-        }
-        .emit(u, src, *to.ip());
-        self.ip_output(now, f)?;
-        self.stats.udp.out_datagrams += 1;
-        self.run_loopback(now);
-        Ok(data.len())
-    }
-
-    /// IP_TOS for a UDP socket (RFC 1122 §4.1.4: the application can set the TOS).
-    pub fn udp_set_tos(&mut self, id: UdpId, tos: u8) -> io::Result<()> {
-        let u = self
-            .udp
-            .get_mut(id.0)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-        u.tos = tos;
-        Ok(())
-    }
-
-    /// Receives a datagram, if one is queued.
-    pub fn udp_recv_from(&mut self, id: UdpId) -> io::Result<crate::udp::Datagram> {
-        let sock = self
-            .udp
-            .get_mut(id.0)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-        sock.pop().ok_or_else(|| io::ErrorKind::WouldBlock.into())
-    }
-
-    /// Datagrams waiting on a UDP socket.
-    pub fn udp_pending(&self, id: UdpId) -> usize {
-        self.udp.get(id.0).map_or(0, |u| u.len())
-    }
-
-    /// Closes a UDP socket.
-    pub fn udp_close(&mut self, id: UdpId) {
-        if let Some(s) = self.udp.remove(id.0) {
-            self.udp_by_addr.remove(&s.local);
-        }
     }
 }
 
 /// Fills the TCP checksum of a frame (Ethernet headroom, IPv4 header, TCP segment) that
-/// left TCP without one (a large segment, see `Host::ip_output_gso`). Frames that are not
+/// left TCP without one (a large segment, see `IpLayer::ip_output_gso`). Frames that are not
 /// TCP over IPv4 are left as they are.
 fn fill_tcp_checksum(frame: &mut [u8]) {
     let Ok((ip, _)) = Ipv4Repr::parse(&frame[HEADROOM.min(frame.len())..], false) else {
@@ -593,24 +490,4 @@ fn fill_tcp_checksum(frame: &mut [u8]) {
     if ip.protocol == ip_proto::TCP && end >= start + TCP_HEADER_LEN {
         TcpRepr::fill_checksum(&mut frame[start..end], ip.src, ip.dst);
     }
-}
-
-/// [`Host::source_for`] over the interfaces and routes alone (for borrowers of the rest
-/// of the host).
-pub(crate) fn source_for(
-    ifaces: &[super::Interface],
-    routes: &crate::ip::route::RouteTable,
-    dst: Ipv4Addr,
-) -> Option<(Ipv4Addr, u32)> {
-    if dst.is_loopback() {
-        return Some((Ipv4Addr::LOCALHOST, 65_535));
-    }
-    if let Some(i) = ifaces.iter().find(|i| i.addr == dst) {
-        // Our own address: delivered internally, like Linux's `lo`.
-        return Some((i.addr, 65_535));
-    }
-    let r = routes.lookup(dst)?;
-    let ifc = ifaces.get(usize::from(r.iface.0))?;
-    let mtu = r.mtu.map_or(ifc.mtu, u32::from).min(ifc.mtu);
-    Some((ifc.addr, mtu))
 }

@@ -7,19 +7,19 @@
 //! that touched it, or once at the end of a receive batch that did
 //! ([`Host::receive_batch`]), and its earliest deadline is kept in the host's timer set.
 
-use super::output::{datagram_buffer, plain_header, source_for, HEADROOM};
+use super::ip::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
+use super::output::{datagram_buffer, plain_header, HEADROOM};
 use super::slab::Slab;
-use super::{ConnId, Host, Interface, ListenerId, SocketEvent};
+use super::stats::TcpStats;
+use super::{ConnId, Host, ListenerId, SocketEvent};
 use crate::icmp::ratelimit::TokenBucket;
-use crate::ip::route::RouteTable;
-use crate::params::Params;
-use crate::tcp::endpoint::{self, Action, Arrival, Context, ListenerView, Route};
+use crate::tcp::endpoint::{self, Action, Arrival, Context, Endpoint, ListenerView, Route};
 use crate::tcp::isn::IsnGenerator;
 use crate::tcp::tcb::ConnSpec;
-use crate::tcp::{Events, Tcb, TcbInfo, TcpSettings};
+use crate::tcp::{Events, Tcb, TcbInfo, TcbStats, TcpSettings};
 use crate::time::Instant;
 use crate::wire::{icmp_unreach, ip_proto, Ipv4Repr, TcpRepr, IPV4_HEADER_LEN};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -61,14 +61,63 @@ pub struct Listener {
     pub(crate) cookie_at: Option<Instant>,
 }
 
+/// The host's TCP: its connections, listeners and timers, over the host's IP layer
+/// (which it is handed for every call that sends).
+#[derive(Debug)]
+pub(crate) struct TcpLayer {
+    pub(crate) tcp_set: TcpSettings,
+    pub(crate) rst_bucket: TokenBucket,
+    pub(crate) isn: IsnGenerator,
+    pub(crate) conns: Slab<Conn>,
+    pub(crate) by_tuple: HashMap<(SocketAddrV4, SocketAddrV4), ConnId>,
+    pub(crate) listeners: Slab<Listener>,
+    pub(crate) listener_by_addr: HashMap<SocketAddrV4, ListenerId>,
+    /// Each connection's earliest deadline, with its slab index.
+    pub(crate) timers: BTreeSet<(Instant, u32)>,
+    /// Connections and listeners that became ready.
+    pub(crate) ready: VecDeque<SocketEvent>,
+    /// TCP counters that no connection keeps (segments in error, active opens).
+    pub(crate) stats: TcpStats,
+    /// What happens to segments before a connection takes them, and its counters.
+    pub(crate) endpoint: Endpoint,
+    pub(crate) gone_tcb_stats: TcbStats,
+    /// Bytes the connections' queues hold, as last counted (`tcp_mem_max`).
+    pub(crate) mem_used: usize,
+    /// A receive batch is being taken in ([`Host::receive_batch`]): connections that
+    /// segments reach send once, at its end, as the runtime's squeues do.
+    pub(crate) batch: bool,
+    /// The connections the batch reached, to flush at its end.
+    pub(crate) touched: Vec<ConnId>,
+}
+
+impl TcpLayer {
+    pub(crate) fn new(params: &crate::params::Params, secret: [u8; 16]) -> TcpLayer {
+        TcpLayer {
+            tcp_set: TcpSettings::from_params(params),
+            rst_bucket: super::rst_bucket(params),
+            isn: IsnGenerator::new(secret),
+            conns: Slab::default(),
+            by_tuple: HashMap::new(),
+            listeners: Slab::default(),
+            listener_by_addr: HashMap::new(),
+            timers: BTreeSet::new(),
+            ready: VecDeque::new(),
+            stats: TcpStats::default(),
+            endpoint: Endpoint::default(),
+            gone_tcb_stats: TcbStats::default(),
+            mem_used: 0,
+            batch: false,
+            touched: Vec::new(),
+        }
+    }
+}
+
 /// What the TCP endpoint reads of the host: its listeners, routes and limits, borrowed
 /// field by field so that the connection a segment found stays borrowed beside it.
 struct HostContext<'a> {
+    ip: &'a IpLayer,
     listeners: &'a Slab<Listener>,
     listener_by_addr: &'a HashMap<SocketAddrV4, ListenerId>,
-    ifaces: &'a [Interface],
-    routes: &'a RouteTable,
-    params: &'a Params,
     tcp_set: &'a TcpSettings,
     isn: &'a IsnGenerator,
     rst_bucket: &'a mut TokenBucket,
@@ -99,19 +148,21 @@ impl Context for HostContext<'_> {
     fn route(&self, remote: Ipv4Addr) -> Option<Route> {
         // Large segments: every interface takes them (split by `gso_split` or by a TSO
         // device), and loopback needs no splitting.
-        source_for(self.ifaces, self.routes, remote).map(|(_, mtu)| Route { mtu, lso: true })
+        self.ip
+            .source_for(remote)
+            .map(|(_, mtu)| Route { mtu, lso: true })
     }
 
     fn is_local(&self, remote: Ipv4Addr) -> bool {
-        remote.is_loopback() || self.ifaces.iter().any(|i| i.addr == remote)
+        self.ip.is_local_addr(remote)
     }
 
     fn conn_room(&self) -> bool {
-        self.conns < self.params.tcp_max_conns as usize
+        self.conns < self.ip.params.tcp_max_conns as usize
     }
 
     fn mem_full(&self) -> bool {
-        self.mem_used > self.params.tcp_mem_max as usize * 1024
+        self.mem_used > self.ip.params.tcp_mem_max as usize * 1024
     }
 
     fn rst_allowed(&mut self, now: Instant) -> bool {
@@ -127,12 +178,23 @@ impl Context for HostContext<'_> {
     }
 
     fn syncookies(&self) -> u32 {
-        self.params.tcp_syncookies
+        self.ip.params.tcp_syncookies
     }
 
     fn syn_queue_max(&self) -> u32 {
-        self.params.tcp_conn_req_max_q0
+        self.ip.params.tcp_conn_req_max_q0
     }
+}
+
+/// Builds and sends one segment that belongs to no `Tcb` (a RST, a cookie SYN,ACK).
+fn send_bare(ip: &mut IpLayer, now: Instant, src: Ipv4Addr, dst: Ipv4Addr, r: &TcpRepr) {
+    let hdr = Ipv4Repr {
+        dont_frag: true,
+        ..ip.header(src, dst, ip_proto::TCP, r.header_len())
+    };
+    let mut f = datagram_buffer(&hdr);
+    r.emit(&mut f[HEADROOM + IPV4_HEADER_LEN..], src, dst);
+    let _ = ip.ip_output(now, f);
 }
 
 /// A listener for `local`: the exact address first, then the wildcard.
@@ -146,13 +208,15 @@ fn find_listener(
         .copied()
 }
 
-impl Host {
+impl TcpLayer {
     /// A TCP segment arrived (checksum verified) for one of our addresses. `gro`: the
     /// wire segments it stands for and their payload size (`(1, 0)` unless merged by
     /// receive-side coalescing, see [`Tcb::on_segment_gro`]). The endpoint decides what
     /// becomes of it ([`Endpoint::handle_segment`]); this carries that out.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn tcp_input(
         &mut self,
+        ip: &mut IpLayer,
         now: Instant,
         src: Ipv4Addr,
         dst: Ipv4Addr,
@@ -173,16 +237,14 @@ impl Host {
         let verdict = {
             let found = id.and_then(|id| self.conns.get(id.0)).map(|c| &c.tcb);
             let mut ctx = HostContext {
+                ip,
                 listeners: &self.listeners,
                 listener_by_addr: &self.listener_by_addr,
-                ifaces: &self.ifaces,
-                routes: &self.routes,
-                params: &self.params,
                 tcp_set: &self.tcp_set,
                 isn: &self.isn,
                 rst_bucket: &mut self.rst_bucket,
                 conns: self.conns.len(),
-                mem_used: self.tcp_mem_used,
+                mem_used: self.mem_used,
             };
             self.endpoint.handle_segment(&mut ctx, now, found, &arrival)
         };
@@ -194,7 +256,7 @@ impl Host {
         match verdict.action {
             Action::Deliver { strip_data } => {
                 if let Some(id) = id {
-                    self.tcp_deliver(now, id, seg, payload, gro, strip_data);
+                    self.deliver(ip, now, id, seg, payload, gro, strip_data);
                 }
             }
             Action::Accept {
@@ -206,13 +268,13 @@ impl Host {
                 if cookie {
                     self.endpoint.stats.syncookies_recv += 1;
                 }
-                self.flush_conn(now, id);
+                self.flush_conn(ip, now, id);
             }
             Action::Reply { repr, cookie_for } => {
                 if let Some(l) = cookie_for.and_then(|lid| self.listeners.get_mut(lid.0)) {
                     l.cookie_at = Some(now);
                 }
-                self.send_tcp_repr(now, dst, src, &repr, &[]);
+                send_bare(ip, now, dst, src, &repr);
             }
             Action::Drop => {}
         }
@@ -220,8 +282,10 @@ impl Host {
 
     /// Gives a segment to its connection; `strip_data`: only its header (`tcp_mem_max`,
     /// see [`endpoint::strip_data`]).
-    fn tcp_deliver(
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
         &mut self,
+        ip: &mut IpLayer,
         now: Instant,
         id: ConnId,
         seg: &TcpRepr,
@@ -237,45 +301,19 @@ impl Host {
         } else {
             c.tcb.on_segment_gro(now, seg, payload, gro.0, gro.1);
         }
-        if self.tcp_batch {
+        if self.batch {
             // A receive batch is being taken in: the connection sends at its end.
             if !payload.is_empty() {
                 // Charged at once (`tcp_mem_max` is then overshot by at most one
                 // segment), not only when the batch ends.
                 self.recharge(id);
             }
-            if !self.tcp_touched.contains(&id) {
-                self.tcp_touched.push(id);
+            if !self.touched.contains(&id) {
+                self.touched.push(id);
             }
             return;
         }
-        self.flush_conn(now, id);
-    }
-
-    /// Exact address first, then the wildcard.
-    fn find_listener(&self, local: SocketAddrV4) -> Option<ListenerId> {
-        find_listener(&self.listener_by_addr, local)
-    }
-
-    /// Builds and sends one segment that belongs to no `Tcb`.
-    fn send_tcp_repr(
-        &mut self,
-        now: Instant,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        r: &TcpRepr,
-        payload: &[u8],
-    ) {
-        let tcp_len = r.header_len() + payload.len();
-        let ip = Ipv4Repr {
-            dont_frag: true,
-            ..self.header(src, dst, ip_proto::TCP, tcp_len)
-        };
-        let mut f = datagram_buffer(&ip);
-        let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
-        t[r.header_len()..].copy_from_slice(payload);
-        r.emit(t, src, dst);
-        let _ = self.ip_output(now, f);
+        self.flush_conn(ip, now, id);
     }
 
     /// A passive connection in SYN-RECEIVED joins the host and its listener's SYN queue.
@@ -305,15 +343,14 @@ impl Host {
 
     /// An ICMP destination unreachable quoting one of our segments (RFC 5927 §4.1: the
     /// quoted sequence number must be in [SND.UNA, SND.NXT)).
-    pub(crate) fn tcp_icmp_error(
-        &mut self,
-        now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seq: u32,
-        code: u8,
-        mtu: u16,
-    ) {
+    fn icmp_error(&mut self, ip: &mut IpLayer, now: Instant, err: TcpIcmpError) {
+        let TcpIcmpError {
+            local,
+            remote,
+            seq,
+            code,
+            mtu,
+        } = err;
         let Some(&id) = self.by_tuple.get(&(local, remote)) else {
             return;
         };
@@ -322,38 +359,33 @@ impl Host {
         };
         if !c.tcb.icmp_quote_valid(seq) {
             if code == icmp_unreach::FRAG_NEEDED {
-                self.stats.icmp.pmtu_rejected += 1;
+                ip.stats.icmp.pmtu_rejected += 1;
             }
             return;
         }
         if code == icmp_unreach::FRAG_NEEDED {
             if mtu >= 68 {
-                self.stats.icmp.pmtu_updates += 1;
+                ip.stats.icmp.pmtu_updates += 1;
                 c.tcb.on_path_mtu(now, u32::from(mtu));
             } else {
-                self.stats.icmp.pmtu_rejected += 1;
+                ip.stats.icmp.pmtu_rejected += 1;
             }
         } else {
             c.tcb.on_unreachable(now, code);
         }
-        self.flush_conn(now, id);
+        self.flush_conn(ip, now, id);
     }
 
     /// Sends what a connection has to send, reports its events, keeps its timer, and
     /// drops it once it is closed and nobody holds it.
-    pub(crate) fn flush_conn(&mut self, now: Instant, id: ConnId) {
-        let ttl = self.params.ip_def_ttl as u8;
+    pub(crate) fn flush_conn(&mut self, ip: &mut IpLayer, now: Instant, id: ConnId) {
+        let ttl = ip.params.ip_def_ttl as u8;
         if let Some(c) = self.conns.get_mut(id.0) {
             if c.tcb.take_negative_advice() {
                 // MUST-20 (RFC 1122 §2.3.2.1 "higher-layer advice"): R1 reached, so forget the
                 // next hop's link address; the next segment re-resolves it (the path, or a
                 // stale or poisoned ARP entry, may be the problem).
-                let dst = *c.tcb.remote().ip();
-                if let Some(r) = self.routes.lookup(dst) {
-                    let hop = r.gateway.unwrap_or(dst);
-                    let dropped = self.arp.remove(hop).len();
-                    self.stats.ip.out_discards += dropped as u64;
-                }
+                ip.forget_next_hop(*c.tcb.remote().ip());
             }
         }
         loop {
@@ -370,8 +402,8 @@ impl Host {
             let tcp_len = hl + out.payload_len();
             let gso = out.gso_size;
             // `out` borrows the connection, so the identification is taken field by field.
-            self.next_ident = self.next_ident.wrapping_add(1);
-            let ip = Ipv4Repr {
+            let ident = ip.next_ident();
+            let hdr = Ipv4Repr {
                 dscp_ecn: tos,
                 dont_frag: true,
                 ..plain_header(
@@ -379,11 +411,11 @@ impl Host {
                     *remote.ip(),
                     ip_proto::TCP,
                     ttl,
-                    self.next_ident,
+                    ident,
                     tcp_len,
                 )
             };
-            let mut f = datagram_buffer(&ip);
+            let mut f = datagram_buffer(&hdr);
             let t = &mut f[HEADROOM + IPV4_HEADER_LEN..];
             out.repr.emit_header(&mut t[..hl]);
             out.copy_payload(&mut t[hl..]);
@@ -394,9 +426,9 @@ impl Host {
             if gso > 0 {
                 // The pieces take the identifications after this one (`gso_split`).
                 let pieces = (tcp_len - hl).div_ceil(usize::from(gso));
-                self.next_ident = self.next_ident.wrapping_add(pieces as u16 - 1);
+                ip.next_ident = ip.next_ident.wrapping_add(pieces as u16 - 1);
             }
-            let _ = self.ip_output_gso(now, f, gso, IPV4_HEADER_LEN + hl);
+            let _ = ip.ip_output_gso(now, f, gso, IPV4_HEADER_LEN + hl);
         }
         self.after_conn_activity(id);
     }
@@ -474,14 +506,14 @@ impl Host {
     fn recharge(&mut self, id: ConnId) {
         if let Some(c) = self.conns.get_mut(id.0) {
             let held = c.tcb.rcv_queued_bytes();
-            self.tcp_mem_used = (self.tcp_mem_used + held).saturating_sub(c.charged);
+            self.mem_used = (self.mem_used + held).saturating_sub(c.charged);
             c.charged = held;
         }
     }
 
     pub(crate) fn remove_conn(&mut self, id: ConnId) {
         if let Some(c) = self.conns.remove(id.0) {
-            self.tcp_mem_used = self.tcp_mem_used.saturating_sub(c.charged);
+            self.mem_used = self.mem_used.saturating_sub(c.charged);
             if let Some(t) = c.timer {
                 self.timers.remove(&(t, id.0.idx));
             }
@@ -492,34 +524,35 @@ impl Host {
             self.gone_tcb_stats.accumulate(s);
         }
     }
+}
 
-    // ---------------------------------------------------------------------------------
-    // Application interface.
-    // ---------------------------------------------------------------------------------
-
+/// The application interface.
+impl Host {
     /// listen() on `local` (address 0.0.0.0 = all; port 0 is refused). `backlog` is
     /// clamped to `tcp_conn_req_max_q`.
     pub fn tcp_listen(&mut self, local: SocketAddrV4, backlog: u32) -> io::Result<ListenerId> {
         if local.port() == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "port 0"));
         }
-        if !local.ip().is_unspecified() && !self.is_local_addr(*local.ip()) {
+        if !local.ip().is_unspecified() && !self.ip.is_local_addr(*local.ip()) {
             return Err(io::ErrorKind::AddrNotAvailable.into());
         }
-        let clash = self.listener_by_addr.contains_key(&local)
+        let clash = self.tcp.listener_by_addr.contains_key(&local)
             || (local.ip().is_unspecified()
                 && self
+                    .tcp
                     .listener_by_addr
                     .keys()
                     .any(|a| a.port() == local.port()))
             || self
+                .tcp
                 .listener_by_addr
                 .contains_key(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()));
         if clash {
             return Err(io::ErrorKind::AddrInUse.into());
         }
-        let backlog = backlog.clamp(1, self.params.tcp_conn_req_max_q);
-        let id = ListenerId(self.listeners.insert(Listener {
+        let backlog = backlog.clamp(1, self.ip.params.tcp_conn_req_max_q);
+        let id = ListenerId(self.tcp.listeners.insert(Listener {
             local,
             backlog,
             accept_q: VecDeque::new(),
@@ -528,13 +561,13 @@ impl Host {
             queued: false,
             user_mss: None,
         }));
-        self.listener_by_addr.insert(local, id);
+        self.tcp.listener_by_addr.insert(local, id);
         Ok(id)
     }
 
     /// Connections waiting in a listener's accept queue (`None`: no such listener).
     pub fn tcp_listener_queued(&self, lid: ListenerId) -> Option<usize> {
-        self.listeners.get(lid.0).map(|l| l.accept_q.len())
+        self.tcp.listeners.get(lid.0).map(|l| l.accept_q.len())
     }
 
     /// TCP_MAXSEG on a listener: connections it opens from now on advertise at most
@@ -545,6 +578,7 @@ impl Host {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         let l = self
+            .tcp
             .listeners
             .get_mut(lid.0)
             .ok_or(io::ErrorKind::NotConnected)?;
@@ -555,6 +589,7 @@ impl Host {
     /// accept(): an established connection and its peer, or `WouldBlock`.
     pub fn tcp_accept(&mut self, lid: ListenerId) -> io::Result<(ConnId, SocketAddrV4)> {
         let l = self
+            .tcp
             .listeners
             .get_mut(lid.0)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -563,6 +598,7 @@ impl Host {
             .pop_front()
             .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))?;
         let c = self
+            .tcp
             .conns
             .get_mut(id.0)
             .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionAborted))?;
@@ -571,7 +607,8 @@ impl Host {
         let peer = c.tcb.remote();
         if !c.pending.is_empty() && !c.queued {
             c.queued = true;
-            self.ready
+            self.tcp
+                .ready
                 .push_back(SocketEvent::Tcp(id, Events::default()));
         }
         Ok((id, peer))
@@ -579,23 +616,24 @@ impl Host {
 
     /// Closes a listener; connections not yet accepted are reset.
     pub fn tcp_close_listener(&mut self, now: Instant, lid: ListenerId) {
-        let Some(l) = self.listeners.remove(lid.0) else {
+        let Some(l) = self.tcp.listeners.remove(lid.0) else {
             return;
         };
-        self.listener_by_addr.remove(&l.local);
+        self.tcp.listener_by_addr.remove(&l.local);
         let orphans: Vec<ConnId> = self
+            .tcp
             .conns
             .iter()
             .filter(|(_, c)| c.listener == Some(lid))
             .map(|(k, _)| ConnId(k))
             .collect();
         for id in orphans {
-            if let Some(c) = self.conns.get_mut(id.0) {
+            if let Some(c) = self.tcp.conns.get_mut(id.0) {
                 c.listener = None;
                 c.released = true;
                 c.tcb.abort(now);
             }
-            self.flush_conn(now, id);
+            self.tcp.flush_conn(&mut self.ip, now, id);
         }
     }
 
@@ -621,13 +659,13 @@ impl Host {
         setup: impl FnOnce(&mut Tcb),
     ) -> io::Result<ConnId> {
         crate::ip::check_destination(remote)?;
-        if self.conns.len() >= self.params.tcp_max_conns as usize {
+        if self.tcp.conns.len() >= self.ip.params.tcp_max_conns as usize {
             // `tcp_max_conns`: as Linux when it cannot allocate a socket's memory.
-            self.stats.tcp.conn_limit_drops += 1;
+            self.tcp.stats.conn_limit_drops += 1;
             return Err(io::Error::from_raw_os_error(ENOBUFS));
         }
-        let Some((src, mtu)) = self.source_for(*remote.ip()) else {
-            self.stats.ip.out_no_routes += 1;
+        let Some((src, mtu)) = self.ip.source_for(*remote.ip()) else {
+            self.ip.stats.ip.out_no_routes += 1;
             return Err(io::ErrorKind::NetworkUnreachable.into());
         };
         let local = match local {
@@ -637,11 +675,11 @@ impl Host {
                 } else {
                     *l.ip()
                 };
-                if !self.is_local_addr(ip) {
+                if !self.ip.is_local_addr(ip) {
                     return Err(io::ErrorKind::AddrNotAvailable.into());
                 }
                 let l = SocketAddrV4::new(ip, l.port());
-                if self.by_tuple.contains_key(&(l, remote)) {
+                if self.tcp.by_tuple.contains_key(&(l, remote)) {
                     return Err(io::ErrorKind::AddrInUse.into());
                 }
                 l
@@ -659,14 +697,14 @@ impl Host {
         let spec = ConnSpec {
             local,
             remote,
-            iss: self.isn.isn(now, local, remote),
-            ts_offset: self.isn.ts_offset(local, remote),
+            iss: self.tcp.isn.isn(now, local, remote),
+            ts_offset: self.tcp.isn.ts_offset(local, remote),
             mtu,
         };
-        let mut tcb = Tcb::connect(now, spec, self.tcp_set.clone());
-        tcb.set_lso_max(self.tcp_set.lso_max);
+        let mut tcb = Tcb::connect(now, spec, self.tcp.tcp_set.clone());
+        tcb.set_lso_max(self.tcp.tcp_set.lso_max);
         setup(&mut tcb);
-        let id = ConnId(self.conns.insert(Conn {
+        let id = ConnId(self.tcp.conns.insert(Conn {
             tcb,
             listener: None,
             released: false,
@@ -675,27 +713,29 @@ impl Host {
             queued: false,
             charged: 0,
         }));
-        self.by_tuple.insert((local, remote), id);
-        self.stats.tcp.active_opens += 1;
-        self.flush_conn(now, id);
-        self.run_loopback(now);
+        self.tcp.by_tuple.insert((local, remote), id);
+        self.tcp.stats.active_opens += 1;
+        self.tcp.flush_conn(&mut self.ip, now, id);
+        self.ip.run_loopback(now, &mut self.tcp);
         Ok(id)
     }
 
     /// RFC 6056 §3.3.3 (algorithm 3): start the search at a keyed hash of the
     /// destination plus a counter; skip ports in use for this destination or listening.
     fn ephemeral(&mut self, src: Ipv4Addr, remote: SocketAddrV4) -> io::Result<SocketAddrV4> {
-        let lo = self.params.tcp_smallest_anon_port;
-        let hi = self.params.tcp_largest_anon_port;
+        let lo = self.ip.params.tcp_smallest_anon_port;
+        let hi = self.ip.params.tcp_largest_anon_port;
         let range = hi - lo + 1;
-        let offset = self.isn.port_offset(src, remote);
+        let offset = self.tcp.isn.port_offset(src, remote);
         for i in 0..range {
-            let port = (lo + offset.wrapping_add(self.next_port).wrapping_add(i) % range) as u16;
+            let port = (lo + offset.wrapping_add(self.ip.next_port).wrapping_add(i) % range) as u16;
             let cand = SocketAddrV4::new(src, port);
-            if self.by_tuple.contains_key(&(cand, remote)) || self.find_listener(cand).is_some() {
+            if self.tcp.by_tuple.contains_key(&(cand, remote))
+                || find_listener(&self.tcp.listener_by_addr, cand).is_some()
+            {
                 continue;
             }
-            self.next_port = self.next_port.wrapping_add(i + 1);
+            self.ip.next_port = self.ip.next_port.wrapping_add(i + 1);
             return Ok(cand);
         }
         Err(io::Error::new(
@@ -705,7 +745,8 @@ impl Host {
     }
 
     fn conn_mut(&mut self, id: ConnId) -> io::Result<&mut Conn> {
-        self.conns
+        self.tcp
+            .conns
             .get_mut(id.0)
             .filter(|c| !c.released)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no such connection"))
@@ -714,16 +755,16 @@ impl Host {
     /// write(): bytes taken, or `WouldBlock` when the send buffer is full.
     pub fn tcp_send(&mut self, now: Instant, id: ConnId, data: &[u8]) -> io::Result<usize> {
         let r = self.conn_mut(id)?.tcb.send(now, data);
-        self.flush_conn(now, id);
-        self.run_loopback(now);
+        self.tcp.flush_conn(&mut self.ip, now, id);
+        self.ip.run_loopback(now, &mut self.tcp);
         r.map_err(Into::into)
     }
 
     /// read(): `Ok(0)` at end of stream, `WouldBlock` when nothing is there yet.
     pub fn tcp_recv(&mut self, now: Instant, id: ConnId, buf: &mut [u8]) -> io::Result<usize> {
         let r = self.conn_mut(id)?.tcb.recv(now, buf);
-        self.flush_conn(now, id);
-        self.run_loopback(now);
+        self.tcp.flush_conn(&mut self.ip, now, id);
+        self.ip.run_loopback(now, &mut self.tcp);
         r.map_err(Into::into)
     }
 
@@ -735,16 +776,16 @@ impl Host {
         f: impl FnOnce(&mut Tcb) -> R,
     ) -> io::Result<R> {
         let r = f(&mut self.conn_mut(id)?.tcb);
-        self.flush_conn(now, id);
-        self.run_loopback(now);
+        self.tcp.flush_conn(&mut self.ip, now, id);
+        self.ip.run_loopback(now, &mut self.tcp);
         Ok(r)
     }
 
     /// shutdown(SHUT_WR).
     pub fn tcp_shutdown_write(&mut self, now: Instant, id: ConnId) -> io::Result<()> {
         let r = self.conn_mut(id)?.tcb.shutdown_write(now);
-        self.flush_conn(now, id);
-        self.run_loopback(now);
+        self.tcp.flush_conn(&mut self.ip, now, id);
+        self.ip.run_loopback(now, &mut self.tcp);
         r.map_err(Into::into)
     }
 
@@ -753,8 +794,8 @@ impl Host {
         if let Ok(c) = self.conn_mut(id) {
             c.released = true;
             c.tcb.close(now);
-            self.flush_conn(now, id);
-            self.run_loopback(now);
+            self.tcp.flush_conn(&mut self.ip, now, id);
+            self.ip.run_loopback(now, &mut self.tcp);
         }
     }
 
@@ -763,14 +804,14 @@ impl Host {
         if let Ok(c) = self.conn_mut(id) {
             c.released = true;
             c.tcb.abort(now);
-            self.flush_conn(now, id);
-            self.run_loopback(now);
+            self.tcp.flush_conn(&mut self.ip, now, id);
+            self.ip.run_loopback(now, &mut self.tcp);
         }
     }
 
     /// The connection's `Tcb`, read-only.
     pub fn tcb(&self, id: ConnId) -> Option<&Tcb> {
-        self.conns.get(id.0).map(|c| &c.tcb)
+        self.tcp.conns.get(id.0).map(|c| &c.tcb)
     }
 
     /// A `tcp_info`-like snapshot.
@@ -780,11 +821,28 @@ impl Host {
 
     /// Every connection (netstat).
     pub fn netstat(&self) -> Vec<TcbInfo> {
-        self.conns.iter().map(|(_, c)| c.tcb.info()).collect()
+        self.tcp.conns.iter().map(|(_, c)| c.tcb.info()).collect()
     }
 
     /// Number of connections the host holds (any state).
     pub fn conn_count(&self) -> usize {
-        self.conns.len()
+        self.tcp.conns.len()
+    }
+}
+
+/// The IP layer hands the host's TCP what it received, at once (merged TCP/IP).
+impl TcpSink for TcpLayer {
+    fn tcp_segment(&mut self, ip: &mut IpLayer, now: Instant, s: TcpSegmentIn<'_>) {
+        let Ok((seg, data)) = TcpRepr::parse(&s.bytes, s.src, s.dst, !s.csum_ok) else {
+            // RFC 4022: tcpInSegs counts segments received in error too.
+            self.stats.in_segs += u64::from(s.segs);
+            self.stats.in_errs += u64::from(s.segs);
+            return;
+        };
+        self.tcp_input(ip, now, s.src, s.dst, &seg, data, (s.segs, s.gso_size));
+    }
+
+    fn tcp_icmp_error(&mut self, ip: &mut IpLayer, now: Instant, err: TcpIcmpError) {
+        self.icmp_error(ip, now, err);
     }
 }

@@ -42,7 +42,7 @@ impl UdpSocket {
     pub fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         stack.check_open()?;
         let local = v4(addr)?;
-        let (id, local) = stack.with_host(|h| {
+        let (id, local) = stack.with_ip(|h, _| {
             let id = h.udp_bind(local)?;
             let l = h.udp_local_addr(id).unwrap_or(local);
             Ok::<_, io::Error>((id, l))
@@ -57,7 +57,7 @@ impl UdpSocket {
         stack.inner.register_udp(&sh);
         // A datagram that arrived before the registration raised nothing: check once.
         let sh2 = sh.clone();
-        stack.with_host(|h| {
+        stack.with_ip(|h, _| {
             if h.udp_pending(id) > 0 {
                 sh2.w.raise(ready::READ);
             }
@@ -80,7 +80,7 @@ impl UdpSocket {
         let to = v4(to)?;
         let id = self.sh.id;
         self.stack
-            .with_host(|h| h.udp_send_to(crate::clock::now(), id, to, data))
+            .with_ip(|h, tcp| h.udp_send_to(crate::clock::now(), id, to, data, tcp))
     }
 
     /// connect(): fixes the peer for `send`/`recv`.
@@ -102,7 +102,7 @@ impl UdpSocket {
         self.stack.check_open()?;
         let id = self.sh.id;
         let sh = &self.sh;
-        let d = self.stack.with_host(|h| {
+        let d = self.stack.with_ip(|h, _| {
             let d = h.udp_recv_from(id);
             // Under the IP layer's lock, like the raise for a new datagram: the readiness
             // word always matches the queue.
@@ -174,7 +174,7 @@ impl UdpSocket {
     /// IP_TOS.
     pub fn set_tos(&self, tos: u8) -> io::Result<()> {
         let id = self.sh.id;
-        self.stack.with_host(|h| h.udp_set_tos(id, tos))
+        self.stack.with_ip(|h, _| h.udp_set_tos(id, tos))
     }
 
     pub(crate) fn shared(&self) -> &Arc<UdpShared> {
@@ -186,6 +186,6 @@ impl Drop for UdpSocket {
     fn drop(&mut self) {
         let id = self.sh.id;
         self.stack.inner.unregister_udp(id);
-        self.stack.with_host(|h| h.udp_close(id));
+        self.stack.with_ip(|h, _| h.udp_close(id));
     }
 }

@@ -7,10 +7,12 @@
 //!   timer wheel. Connection state is touched only there.
 //! * **Classifier** ([`crate::classifier`]): a sharded connected table and a bind table,
 //!   read without a global lock; it says which squeue a segment goes to.
-//! * **IP layer**: for traffic on devices, the protocol core's `Host` (ARP, ICMP, UDP,
-//!   fragmentation and reassembly) behind one mutex, with TCP handed out to the squeues
-//!   ([`ember_core::host::TcpUpcall`]); established connections cache their next hop and
-//!   send frames to the device directly. Loopback TCP (127/8 and the stack's own
+//! * **IP layer**: for traffic on devices, the protocol core's [`IpLayer`] (ARP, ICMP,
+//!   UDP, fragmentation and reassembly, GRO, GSO) behind one mutex. A device batch takes
+//!   the lock once; the IP layer returns the batch's TCP segments (a [`TcpSink`] that
+//!   collects them), and once the lock is let go each goes to its squeue after one
+//!   classifier lookup (`StackInner::receive_frames`). Established connections cache their
+//!   next hop and send frames to the device directly. Loopback TCP (127/8 and the stack's own
 //!   addresses) never touches it: a segment goes from one perimeter to the other by a
 //!   direct call, without checksums, as on Linux `lo`.
 //! * **Binding**: an outbound connection goes to the squeue of the CPU its caller runs on
@@ -31,10 +33,12 @@ mod probes;
 pub(crate) mod txq;
 pub use txq::TxStats;
 
-use crate::classifier::{Classifier, Tuple};
+use crate::classifier::Classifier;
 use crate::dev::Device;
 use crate::squeue::{Mode, SqCounters, Squeue};
-use ember_core::host::{rst_bucket, Host, HostStats, Interface, TcpUpcall};
+use ember_core::host::{
+    rst_bucket, HostStats, Interface, IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink,
+};
 use ember_core::icmp::ratelimit::TokenBucket;
 use ember_core::ip::route::{IfaceId, Route};
 use ember_core::params::{ParamError, Params};
@@ -315,8 +319,7 @@ impl StackBuilder {
         let cpus = self.cpus.clone().unwrap_or_else(|| all_cpus.clone());
         let n = self.squeues.unwrap_or(cpus.len().max(1));
         let secret = self.secret.unwrap_or_else(random_secret);
-        let mut host = Host::new(self.params.clone(), secret);
-        host.set_tcp_external(true);
+        let mut host = IpLayer::new(self.params.clone(), secret);
         let mut devices = Vec::new();
         let mut addrs = Vec::new();
         for (cfg, queues) in &self.ifaces {
@@ -390,7 +393,7 @@ impl StackBuilder {
                 squeues,
                 cpus: cpus.clone(),
                 classifier: Classifier::default(),
-                host: Mutex::new(host),
+                ip: Mutex::new(host),
                 host_deadline_ns: host_deadline.clone(),
                 addrs,
                 devices,
@@ -509,7 +512,8 @@ pub struct StackInner {
     pub(crate) squeues: Vec<Arc<Squeue<Perim>>>,
     cpus: Vec<usize>,
     pub(crate) classifier: Classifier,
-    host: Mutex<Host>,
+    /// The IP layer (ARP, IPv4, ICMP, UDP, reassembly, GRO, GSO) of the devices.
+    ip: Mutex<IpLayer>,
     host_deadline_ns: Arc<AtomicU64>,
     addrs: Vec<Ipv4Addr>,
     /// Per interface: its MAC and its device queues (one for most devices).
@@ -596,8 +600,8 @@ impl StackInner {
             .clone()
     }
 
-    fn host(&self) -> std::sync::MutexGuard<'_, Host> {
-        self.host.lock().unwrap_or_else(|e| e.into_inner())
+    fn ip(&self) -> std::sync::MutexGuard<'_, IpLayer> {
+        self.ip.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Fires probe `p` in squeue `sq`. When nobody listens (no in-process subscriber, no
@@ -677,7 +681,7 @@ impl StackInner {
         if self.addrs.contains(&dst) {
             return Some((dst, 65_535, true));
         }
-        self.host().source_for(dst).map(|(s, m)| (s, m, false))
+        self.ip().source_for(dst).map(|(s, m)| (s, m, false))
     }
 
     pub(crate) fn next_ident(&self) -> u16 {
@@ -698,11 +702,11 @@ impl StackInner {
     }
 
     pub(crate) fn forget_next_hop(&self, dst: Ipv4Addr) {
-        self.host().forget_next_hop(dst);
+        self.ip().forget_next_hop(dst);
     }
 
     pub(crate) fn next_hop(&self, now: Instant, dst: Ipv4Addr) -> Option<(IfaceId, MacAddr)> {
-        match self.host().next_hop(now, dst) {
+        match self.ip().next_hop(now, dst) {
             Some((iface, Some(mac), _)) => Some((iface, mac)),
             _ => None,
         }
@@ -711,13 +715,45 @@ impl StackInner {
     /// Hands a TCP datagram (with Ethernet headroom; `gso` > 0 for a large segment) to the
     /// IP layer, then sends the frames it produced.
     pub(crate) fn send_via_host(&self, now: Instant, frame: Vec<u8>, gso: u16) {
-        let mut h = self.host();
-        let _ = h.send_tcp_gso(now, frame, gso);
-        self.drain_host_tx(&mut h);
-        self.publish_host_deadline(&h);
+        self.with_ip(now, None, |ip, tcp| {
+            let _ = ip.send_tcp_gso(now, frame, gso, tcp);
+        });
     }
 
-    fn drain_host_tx(&self, h: &mut Host) {
+    /// Runs `f` on the IP layer, then sends the frames it produced, publishes its next
+    /// deadline and, with the IP layer let go, gives what it received for TCP to the
+    /// squeues (`p`: the squeue this thread runs, which takes its own segments at once).
+    pub(crate) fn with_ip<R>(
+        &self,
+        now: Instant,
+        mut p: Option<&mut Perim>,
+        f: impl FnOnce(&mut IpLayer, &mut Inbound) -> R,
+    ) -> R {
+        // The squeue's own buffer, kept from batch to batch (no allocation per batch).
+        let mut inbound = p
+            .as_deref_mut()
+            .map(|p| std::mem::take(&mut p.inbound))
+            .unwrap_or_default();
+        let r = {
+            let mut ip = self.ip();
+            let r = f(&mut ip, &mut inbound);
+            self.drain_host_tx(&mut ip);
+            self.publish_host_deadline(&ip);
+            r
+        };
+        let p = if inbound.0.is_empty() {
+            p
+        } else {
+            self.deliver_inbound(p, now, &mut inbound)
+        };
+        if let Some(p) = p {
+            inbound.0.clear();
+            p.inbound = inbound;
+        }
+        r
+    }
+
+    fn drain_host_tx(&self, h: &mut IpLayer) {
         let mut last: Option<&Arc<dyn Device>> = None;
         while let Some(f) = h.poll_transmit() {
             // The IP layer's own frames (ARP, ICMP, UDP) leave on the first queue.
@@ -734,22 +770,20 @@ impl StackInner {
         if let Some(l) = last {
             l.flush();
         }
-        while let Some(ev) = h.poll_event() {
-            if let ember_core::host::SocketEvent::Udp(id) = ev {
-                let u = self
-                    .udp_socks
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&id)
-                    .and_then(std::sync::Weak::upgrade);
-                if let Some(u) = u {
-                    u.w.raise(crate::socket::ready::READ);
-                }
+        while let Some(id) = h.poll_udp_event() {
+            let u = self
+                .udp_socks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&id)
+                .and_then(std::sync::Weak::upgrade);
+            if let Some(u) = u {
+                u.w.raise(crate::socket::ready::READ);
             }
         }
     }
 
-    fn publish_host_deadline(&self, h: &Host) {
+    fn publish_host_deadline(&self, h: &IpLayer) {
         let t = h.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
         let old = self.host_deadline_ns.swap(t, Ordering::Relaxed);
         if t < old {
@@ -767,93 +801,83 @@ impl StackInner {
     }
 
     /// Runs the IP layer's timers if due.
-    pub(crate) fn host_timers(&self, now: Instant) -> bool {
+    pub(crate) fn host_timers(&self, p: &mut Perim, now: Instant) -> bool {
         if self.host_deadline().is_none_or(|t| t > now) {
             return false;
         }
-        let mut h = self.host();
-        h.handle_timeout(now);
-        self.drain_host_tx(&mut h);
-        self.publish_host_deadline(&h);
+        self.with_ip(now, Some(p), |ip, tcp| ip.handle_timeout(now, tcp));
         true
     }
 
-    /// Frames from a device: TCP goes to the squeues through upcalls, the rest is
-    /// answered by the IP layer.
-    pub(crate) fn receive_frames(&self, now: Instant, iface: IfaceId, frames: &mut Vec<Vec<u8>>) {
-        let mut h = self.host();
-        // One batch: with `ip_gro`, a flow's consecutive in-order segments reach TCP as one.
-        h.receive_batch(now, iface, frames.drain(..));
-        self.drain_host_tx(&mut h);
-        self.publish_host_deadline(&h);
+    /// Frames from a device, taken in as one batch by the IP layer (one lock): with
+    /// `ip_gro`, a flow's consecutive in-order segments reach TCP as one. Then, with the
+    /// IP layer let go, each TCP segment goes to its squeue: this one (`p`) takes its own
+    /// at once, as one batch.
+    pub(crate) fn receive_frames(
+        &self,
+        p: &mut Perim,
+        now: Instant,
+        iface: IfaceId,
+        frames: &mut Vec<Vec<u8>>,
+    ) {
+        self.with_ip(now, Some(p), |ip, tcp| {
+            ip.receive_batch(now, iface, frames.drain(..), tcp);
+            ip.run_loopback(now, tcp);
+        });
     }
 
-    /// Sends the IP layer's TCP upcalls to their squeues (segments for this squeue are
-    /// processed here).
-    pub(crate) fn dispatch_upcalls(&self, p: &mut Perim, now: Instant) {
-        let ups: Vec<TcpUpcall> = {
-            let mut h = self.host();
-            std::iter::from_fn(|| h.poll_tcp_upcall()).collect()
-        };
+    /// Gives what the IP layer received for TCP to the squeues, one classifier lookup per
+    /// segment: a segment for `p`'s squeue is taken in here (as one batch), one for
+    /// another squeue enters that squeue; a segment for no connection goes to the squeue
+    /// its flow hashes to, where the endpoint answers it.
+    fn deliver_inbound<'p>(
+        &self,
+        mut p: Option<&'p mut Perim>,
+        now: Instant,
+        inbound: &mut Inbound,
+    ) -> Option<&'p mut Perim> {
         let n = self.squeues.len();
-        p.begin_batch();
-        for u in ups {
-            match u {
-                TcpUpcall::Segment {
-                    src,
-                    dst,
-                    segment,
-                    csum_ok,
-                    segs,
-                    gso_size,
-                } => {
-                    if segment.len() < 4 {
+        if let Some(p) = p.as_deref_mut() {
+            p.begin_batch();
+        }
+        for item in inbound.0.drain(..) {
+            match item {
+                InboundItem::Segment(seg) => {
+                    let Some(t) = seg.tuple() else {
                         continue;
-                    }
-                    let sport = u16::from_be_bytes([segment[0], segment[1]]);
-                    let dport = u16::from_be_bytes([segment[2], segment[3]]);
-                    let t: Tuple = (SocketAddrV4::new(dst, dport), SocketAddrV4::new(src, sport));
-                    let target = match self.classifier.lookup(&t) {
-                        Some(loc) => loc.sq,
-                        None => perim::rss_queue(&t, n),
                     };
-                    let seg = Seg {
-                        src,
-                        dst,
-                        bytes: segment,
-                        csum_ok,
-                        lo: false,
-                        segs,
-                        gso_size,
-                    };
-                    if target == p.id {
-                        p.input(self, now, seg);
-                    } else {
-                        self.to_squeue(target, 0, seg);
+                    let loc = self.classifier.lookup(&t);
+                    let target = loc.map_or_else(|| perim::rss_queue(&t, n), |l| l.sq);
+                    match p.as_deref_mut() {
+                        Some(p) if p.id == target => {
+                            p.input_classified(self, now, seg, loc.map(|l| l.key));
+                        }
+                        _ => self.to_squeue(target, 0, seg),
                     }
                 }
-                TcpUpcall::IcmpError {
-                    local,
-                    remote,
-                    seq,
-                    code,
-                    mtu,
-                } => {
-                    if let Some(loc) = self.classifier.lookup(&(local, remote)) {
-                        if loc.sq == p.id {
-                            p.icmp_error(self, now, loc.key, seq, code, mtu);
-                        } else if let Some(sq) = self.squeues.get(loc.sq) {
-                            sq.enter(Mode::Fill, loc.key.as_u64(), move |q: &mut Perim| {
-                                if let Some(st) = q.st.upgrade() {
-                                    q.icmp_error(&st, crate::clock::now(), loc.key, seq, code, mtu);
-                                }
-                            });
+                InboundItem::IcmpError(e) => {
+                    let Some(loc) = self.classifier.lookup(&(e.local, e.remote)) else {
+                        continue;
+                    };
+                    match p.as_deref_mut() {
+                        Some(p) if p.id == loc.sq => p.icmp_error(self, now, loc.key, e),
+                        _ => {
+                            if let Some(sq) = self.squeues.get(loc.sq) {
+                                sq.enter(Mode::Fill, loc.key.as_u64(), move |q: &mut Perim| {
+                                    if let Some(st) = q.st.upgrade() {
+                                        q.icmp_error(&st, crate::clock::now(), loc.key, e);
+                                    }
+                                });
+                            }
                         }
                     }
                 }
             }
         }
-        p.end_batch(self, now);
+        if let Some(p) = p.as_deref_mut() {
+            p.end_batch(self, now);
+        }
+        p
     }
 
     /// A segment for a connection on squeue `sq`: enter it (inline when idle and the
@@ -997,6 +1021,34 @@ impl crate::squeue::Deferred for RxEntry {
     }
 }
 
+/// What the IP layer received for TCP while the runtime held it, collected to be given
+/// to the squeues once it has let go (see [`StackInner::with_ip`]).
+#[derive(Default)]
+pub(crate) struct Inbound(Vec<InboundItem>);
+
+pub(crate) enum InboundItem {
+    Segment(Seg),
+    IcmpError(TcpIcmpError),
+}
+
+impl TcpSink for Inbound {
+    fn tcp_segment(&mut self, _ip: &mut IpLayer, _now: Instant, s: TcpSegmentIn<'_>) {
+        self.0.push(InboundItem::Segment(Seg {
+            src: s.src,
+            dst: s.dst,
+            bytes: s.bytes.into_owned(),
+            csum_ok: s.csum_ok,
+            lo: false,
+            segs: s.segs,
+            gso_size: s.gso_size,
+        }));
+    }
+
+    fn tcp_icmp_error(&mut self, _ip: &mut IpLayer, _now: Instant, err: TcpIcmpError) {
+        self.0.push(InboundItem::IcmpError(err));
+    }
+}
+
 /// A running stack. Cloning gives another handle to the same stack; the stack stops
 /// when [`Stack::shutdown`] is called or the last handle (including sockets) is gone.
 #[derive(Clone)]
@@ -1066,8 +1118,7 @@ impl Stack {
             sq.set_drain_limit(Duration::from_millis(u64::from(p.squeue_drain_ms)));
             sq.set_spin(Duration::from_micros(u64::from(p.squeue_spin_us)));
         }
-        let mut h = self.inner.host();
-        h.set_params(&[(name, value)])?;
+        self.inner.ip().set_params(&[(name, value)])?;
         *self
             .inner
             .rst_bucket
@@ -1151,7 +1202,7 @@ impl Stack {
     /// Every counter.
     pub fn stats(&self) -> StackStats {
         let mut out = StackStats {
-            host: self.inner.host().stats(),
+            host: self.inner.ip().stats(),
             ..StackStats::default()
         };
         let mut all_tcb = ember_core::tcp::TcbStats::default();
@@ -1355,25 +1406,20 @@ impl Stack {
     /// Sends an ICMP echo request (ping) from this stack.
     pub fn ping(&self, dst: Ipv4Addr, ident: u16, seq_no: u16, payload: &[u8]) -> io::Result<()> {
         let now = crate::clock::now();
-        let mut h = self.inner.host();
-        h.ping(now, dst, ident, seq_no, payload)?;
-        self.inner.drain_host_tx(&mut h);
-        self.inner.publish_host_deadline(&h);
-        Ok(())
+        self.inner.with_ip(now, None, |ip, tcp| {
+            ip.ping(now, dst, ident, seq_no, payload, tcp)
+        })
     }
 
     /// Echo replies received so far (drained).
     pub fn ping_replies(&self) -> Vec<ember_core::host::PingReply> {
-        self.inner.host().take_ping_replies()
+        self.inner.ip().take_ping_replies()
     }
 
-    /// Runs `f` with the IP layer locked (UDP sockets use it).
-    pub(crate) fn with_host<R>(&self, f: impl FnOnce(&mut Host) -> R) -> R {
-        let mut h = self.inner.host();
-        let r = f(&mut h);
-        self.inner.drain_host_tx(&mut h);
-        self.inner.publish_host_deadline(&h);
-        r
+    /// Runs `f` with the IP layer locked (UDP sockets use it); what it hands TCP goes to
+    /// the squeues.
+    pub(crate) fn with_ip<R>(&self, f: impl FnOnce(&mut IpLayer, &mut Inbound) -> R) -> R {
+        self.inner.with_ip(crate::clock::now(), None, f)
     }
 
     /// `NotConnected` once the stack was shut down.

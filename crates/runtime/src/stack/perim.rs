@@ -28,7 +28,7 @@ use crate::socket::{ConnShared, ListenerShared};
 use crate::squeue::wheel::{TimerHandle, TimerWheel};
 use crate::squeue::Perimeter;
 use ember_core::host::slab::Slab;
-use ember_core::host::{Key, HEADROOM};
+use ember_core::host::{Key, TcpIcmpError, HEADROOM};
 use ember_core::ip::route::IfaceId;
 use ember_core::tcp::endpoint::{self, Action, Arrival, Context, Endpoint, ListenerView, Route};
 use ember_core::tcp::isn::IsnGenerator;
@@ -174,6 +174,20 @@ pub(crate) struct Seg {
     pub gso_size: u16,
 }
 
+impl Seg {
+    /// The 4-tuple (our end, the peer's end) its ports name, read without parsing the
+    /// segment (`None`: too short to hold them).
+    pub fn tuple(&self) -> Option<Tuple> {
+        let b = self.bytes.get(..4)?;
+        let sport = u16::from_be_bytes([b[0], b[1]]);
+        let dport = u16::from_be_bytes([b[2], b[3]]);
+        Some((
+            SocketAddrV4::new(self.dst, dport),
+            SocketAddrV4::new(self.src, sport),
+        ))
+    }
+}
+
 /// Fusion and squeue-level TCP counters of one squeue.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PerimStats {
@@ -290,6 +304,8 @@ pub(crate) struct Perim {
     batching: bool,
     /// Connections the batch touched, to flush at its end.
     touched: Vec<Key>,
+    /// What the IP layer last received for TCP, kept as a buffer for the next batch.
+    pub inbound: super::Inbound,
     /// Squeue 0 runs the IP layer's own timers (ARP, reassembly): this is the IP
     /// layer's next deadline (ns, `u64::MAX` for none), shared with the stack so that
     /// reading it never touches the stack's reference count.
@@ -323,6 +339,7 @@ impl Perim {
             tsq_running: false,
             batching: false,
             touched: Vec::new(),
+            inbound: super::Inbound::default(),
             host_deadline: None,
             probing: false,
         }
@@ -352,6 +369,23 @@ impl Perim {
     /// endpoint decides what becomes of it ([`Endpoint::handle_segment`]); this carries
     /// that out.
     pub fn input(&mut self, st: &StackInner, now: Instant, seg: Seg) {
+        self.input_at(st, now, seg, None);
+    }
+
+    /// [`Perim::input`] for a segment the caller has classified already (the device
+    /// path): `key` is the connection the classifier found on this squeue, if any.
+    pub fn input_classified(&mut self, st: &StackInner, now: Instant, seg: Seg, key: Option<Key>) {
+        self.input_at(st, now, seg, Some(key));
+    }
+
+    /// `classified`: the classifier's answer, when the caller looked it up.
+    fn input_at(
+        &mut self,
+        st: &StackInner,
+        now: Instant,
+        seg: Seg,
+        classified: Option<Option<Key>>,
+    ) {
         if seg.lo {
             self.stats.ip_lo_in += 1;
         }
@@ -367,14 +401,17 @@ impl Perim {
             return;
         }
         st.probe(self.id, Probe::IpReceive, local, remote, seg.bytes.len());
-        let key = match st.classifier.lookup(&(local, remote)) {
-            Some(loc) if loc.sq != self.id => {
-                // Another squeue's connection (a device queue fans out by flow hash).
-                self.stats.cross_sq += 1;
-                st.to_squeue(loc.sq, loc.key.as_u64(), seg);
-                return;
-            }
-            found => found.map(|loc| loc.key),
+        let key = match classified {
+            Some(key) => key,
+            None => match st.classifier.lookup(&(local, remote)) {
+                Some(loc) if loc.sq != self.id => {
+                    // Another squeue's connection (a device queue fans out by flow hash).
+                    self.stats.cross_sq += 1;
+                    st.to_squeue(loc.sq, loc.key.as_u64(), seg);
+                    return;
+                }
+                found => found.map(|loc| loc.key),
+            },
         };
         let arrival = Arrival {
             local,
@@ -1417,15 +1454,8 @@ impl Perim {
     }
 
     /// An ICMP error quoting one of our segments (RFC 5927 §4.1 validation).
-    pub fn icmp_error(
-        &mut self,
-        st: &StackInner,
-        now: Instant,
-        key: Key,
-        seq: u32,
-        code: u8,
-        mtu: u16,
-    ) {
+    pub fn icmp_error(&mut self, st: &StackInner, now: Instant, key: Key, err: TcpIcmpError) {
+        let TcpIcmpError { seq, code, mtu, .. } = err;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -1531,27 +1561,19 @@ impl Perimeter for Perim {
         }
         self.fired = fired;
         // Device receive queues.
-        let mut received = false;
         for i in 0..self.rx_devs.len() {
             let (iface, dev) = self.rx_devs[i].clone();
             let mut buf = std::mem::take(&mut self.rx_buf);
             buf.clear();
             dev.poll_rx(now, &mut buf, 256);
             if !buf.is_empty() {
-                received = true;
-                st.receive_frames(now, iface, &mut buf);
+                did = true;
+                st.receive_frames(self, now, iface, &mut buf);
             }
             self.rx_buf = buf;
         }
-        if self.host_deadline.is_some() && st.host_timers(now) {
+        if self.host_deadline.is_some() && st.host_timers(self, now) {
             did = true;
-        }
-        // Upcalls from the IP layer (segments from devices, ICMP errors): only frames
-        // produce them, so only a squeue that just took frames looks (the IP layer's
-        // lock is not taken on every drain).
-        if received {
-            did = true;
-            st.dispatch_upcalls(self, now);
         }
         self.run_lo(&st, now);
         // Fair queues whose device has room again (or whose paced flow may send).
