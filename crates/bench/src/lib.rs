@@ -1,11 +1,11 @@
 //! # ember-bench
 //!
 //! `ember bench`: the FireEngine metrics (throughput, connection rate, request/response
-//! latency, scalability, CPU per operation) and the seed scenarios (Nagle and small
-//! writes, the fused slow reader, the FIN held in a buffer, bulk traffic starving pings),
-//! each measured for ember and for the Linux kernel's own sockets in the same process
-//! run, alternating round by round. `../shared/spec/benchmarks.md` is the contract: the
-//! variant names, the metrics, the JSON shape and the targets.
+//! latency, scalability, CPU per operation) and the field reports' scenarios (Nagle and
+//! small writes, the fused slow reader, the FIN held in a buffer, bulk traffic starving
+//! pings), each measured for ember and for the Linux kernel's own sockets in the same
+//! process run, alternating round by round. `../shared/spec/benchmarks.md` is the
+//! contract: the variant names, the metrics, the JSON shape and the targets.
 //!
 //! Layout: [`env`] builds a fresh instance of each variant (ember stacks, kernel sockets)
 //! behind one stream type; [`report`] alternates cases over rounds, takes medians and

@@ -4,13 +4,14 @@
 //! `gtests/net`) is parsed and run by `ember_conformance::run` (ember's sans-IO host on a
 //! virtual clock) and ends as exactly one of pass, fail (with the first mismatch: line,
 //! expected, got), unsupported (with the reason) or error (the script could not be parsed
-//! or run). The output is a table per directory, or with `--json -` the issue's JSON
-//! document. `--only GLOB` keeps the scripts whose path (relative to the corpus's
-//! `gtests/net`) matches a glob with `*` and `?`. `--backend linux` runs the same scripts
-//! against the Linux kernel through a TUN device in a network namespace per script
-//! (`ember_conformance::linux`; root only, wall-clock time, `--jobs N` scripts at once).
-//! `--min-pass N` (or `--ratchet FILE` holding a line `BACKEND N`) makes the command
-//! exit 1 when fewer than N scripts pass: `.ci/run`'s ratchet.
+//! or run). The output is a table per directory, or with `--json -` a JSON document (the
+//! totals, and each script's path, result and detail). `--only GLOB` keeps the scripts
+//! whose path (relative to the corpus's `gtests/net`) matches a glob with `*` and `?`.
+//! `--backend linux` runs the same scripts against the Linux kernel through a TUN device
+//! in a network namespace per script (`ember_conformance::linux`; root only, wall-clock
+//! time, `--jobs N` scripts at once). `--min-pass N` (or `--ratchet FILE` holding a line
+//! `BACKEND N`) makes the command exit 1 when fewer than N scripts pass: `.ci/run`'s
+//! ratchet.
 
 use clap::Args;
 use ember_conformance::linux::{run_script_linux, CorpusCopy, LinuxOptions};
@@ -147,7 +148,7 @@ fn classify(r: RunResult) -> (&'static str, String) {
 
 /// Features ember does not have, as they appear in the ember backend's unsupported
 /// reasons: a script unsupported for one of these is left out of the comparison with
-/// Linux (issue 6). Anything else unsupported counts as not passed.
+/// Linux. Anything else unsupported counts as not passed.
 const MISSING_FEATURES: &[(&str, &str)] = &[
     ("Fast Open", "TCP Fast Open"),
     ("fastopen", "TCP Fast Open"),

@@ -148,7 +148,7 @@ fn every_corpus_script_runs_to_a_verdict() {
         "{} errors (bound {MAX_ERRORS}): {errors:#?}",
         errors.len()
     );
-    // The ratchet recorded in the repository (issue 6): the pass count may only rise.
+    // The ratchet recorded in the repository: the pass count may only rise.
     let ratchet = ratchet();
     println!("ratchet: at least {ratchet} passes; {} now", total.pass);
     assert!(

@@ -113,8 +113,9 @@ fn namespace_sysctls_do_not_touch_the_host() {
     );
 }
 
-/// The scripts of `tests/scripts/` (issue 19), which the ember backend passes in
-/// `tests/run.rs`, pass on Linux too: they say what Linux does.
+/// The scripts of `tests/scripts/` (behaviours where ember differed from Linux), which
+/// the ember backend passes in `tests/run.rs`, pass on Linux too: they say what Linux
+/// does.
 #[test]
 fn issue_19_scripts_pass_on_linux() {
     for (name, text) in [

@@ -1,4 +1,4 @@
-//! Behaviours where ember differed from Linux (issue 19), each as a small script run
+//! Behaviours where ember differed from Linux, each as a small script run
 //! against both backends: ember (in-process, virtual time; always) and, as root, the
 //! Linux kernel through a TUN in a namespace (the check that Linux does what the script
 //! says; without root it prints why it skipped that half). Each script failed on the

@@ -624,7 +624,7 @@ fn sndbuf_limited_while_the_writer_waits_with_everything_sent() {
     assert!(got.contains("tcpi_sndbuf_limited = 50000"), "{got}");
 }
 
-// Scripts of `tests/scripts/` (issue 19: behaviours that differ from Linux): each passes
+// Scripts of `tests/scripts/` (behaviours where ember differed from Linux): each passes
 // on the ember backend here and on the Linux backend in `tests/linux.rs`.
 
 fn script_passes(text: &str) {

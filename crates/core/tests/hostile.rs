@@ -1,4 +1,4 @@
-//! Hostile peers against one victim host (issue 9, "Slow-loris style"): half-open and
+//! Hostile peers against one victim host (slow-loris style): half-open and
 //! idle connection floods, a peer whose window stays closed, a peer advertising MSS 1,
 //! and a peer sending crafted SACK blocks (the CVE-2019-11477/11478/11479 family).
 //!

@@ -1,7 +1,7 @@
 //! A segment merged by receive-side coalescing (`Tcb::on_segment_gro`, `ip::gro`) against
-//! the same wire segments arriving one by one: the peer sees the same ACKs (issue 7: "ACK
-//! behaviour unchanged from the peer's point of view"): as many, in the same order, with
-//! the same cumulative ACKs and timestamps, windows within a segment of theirs, and the
+//! the same wire segments arriving one by one: the peer sees the same ACKs (ACK behaviour
+//! unchanged from the peer's point of view): as many, in the same order, with the same
+//! cumulative ACKs and timestamps, windows within a segment of theirs, and the
 //! same SACK information on the last (the pieces' owed ACKs, `Tcb::owed_acks`, carry the
 //! SACK blocks but leave the D-SACK to the last). RFC 5681 §4.2 and RFC 9293 §3.8.6.3 (ACK every second
 //! full-sized segment, at once for out-of-order data and for filling a hole), RFC 9293

@@ -2034,7 +2034,7 @@ fn syn_received_gives_up_after_abort_cinterval() {
 }
 
 // ======================================================================================
-// Behaviours that differed from Linux (issue 19), each found by tests ember's authors
+// Behaviours that differed from Linux, each found by tests ember's authors
 // did not write.
 // ======================================================================================
 

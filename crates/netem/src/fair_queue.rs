@@ -1,6 +1,6 @@
-//! A device transmit queue discipline: per-flow fair queueing with a CoDel delay bound and
-//! optional per-flow pacing (issue 7, seed 003: a bulk transfer made a 4.7 ms ping take
-//! 9.87 s because every frame waited in one FIFO behind the bulk flow's backlog).
+//! A device transmit queue discipline: per-flow fair queueing with a CoDel delay bound
+//! and optional per-flow pacing (a bulk transfer once made a 4.7 ms ping take 9.87 s
+//! because every frame waited in one FIFO behind the bulk flow's backlog).
 //!
 //! # Design
 //!
@@ -118,8 +118,8 @@ impl FqConfig {
 /// `max_frame` bytes: `max(2 × max_frame, 1 ms at the rate)`. Hand the device another frame
 /// only while its [`TxBacklog`](crate::TxBacklog) is below this: the device's own FIFO then
 /// holds about a millisecond, and everything else waits in the fair queue, where a new
-/// flow can overtake. The same figure is issue 7's TCP Small Queues budget per connection
-/// (bytes it may have in the device queue).
+/// flow can overtake. The same figure is the runtime's TCP Small Queues budget per
+/// connection (`tcp_tsq_us`: bytes it may have in the device queue).
 pub fn byte_queue_limit(rate_bps: u64, max_frame: usize) -> usize {
     let one_ms = usize::try_from(rate_bps / 8 / 1000).unwrap_or(usize::MAX);
     max_frame.saturating_mul(2).max(one_ms)

@@ -1,4 +1,4 @@
-//! The stack-wide bounds (issue 9): `tcp_max_conns` (connections in every state) and
+//! The stack-wide bounds: `tcp_max_conns` (connections in every state) and
 //! `tcp_mem_max` (bytes in the connections' receive and out-of-order queues). When a bound
 //! is hit new work is refused with the kernel's error or dropped and counted, established
 //! connections keep working, and nothing already acknowledged is lost.

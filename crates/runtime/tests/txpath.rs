@@ -1,9 +1,9 @@
 //! The transmit path on every device, with large segments (`ip_lso_outbound`) on and off:
-//! a FIN is never held (seed 001: a NIC's LSO buffer kept a server's FIN for 3.4 s), the
+//! a FIN is never held (a NIC's LSO buffer once kept a server's FIN for 3.4 s), the
 //! bytes arrive intact, and the large segments really were built and split (GSO) or handed
 //! over whole (TSO on TAP).
 //!
-//! The seed's exchange: the client sends a 120-byte request, the server (TCP_NODELAY)
+//! That report's exchange: the client sends a 120-byte request, the server (TCP_NODELAY)
 //! answers 15 KiB in one write and closes; the client reads to end of file. What "never
 //! held" means, checked on the frames the server's device transmitted (a recording
 //! wrapper around it):
@@ -11,7 +11,7 @@
 //! * the FIN is on the frame that carries the response's last byte, or on the very next
 //!   frame of the connection (alone, at once): nothing of the connection is sent between
 //!   the last data and the FIN, so no timer can have released it;
-//! * the FIN left within a bound far below any of ember's timers' and the seed's 3.4 s
+//! * the FIN left within a bound far below any of ember's timers' and the reported 3.4 s
 //!   (500 ms; the exchange itself takes microseconds on these links).
 //!
 //! On ember's loopback (no device), the FIN has been processed by the client's end by the
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 const T: Duration = Duration::from_secs(10);
 const REQUEST: usize = 120;
 const RESPONSE: usize = 15 * 1024;
-/// Far below every timer that could release a held FIN, and below the seed's 3.4 s.
+/// Far below every timer that could release a held FIN, and below the reported 3.4 s.
 const FIN_BOUND: Duration = Duration::from_millis(500);
 
 /// One TCP frame a device transmitted.
@@ -175,7 +175,7 @@ fn response() -> Vec<u8> {
     (0..RESPONSE).map(|i| (i % 251) as u8).collect()
 }
 
-/// The seed's server: read the request, write the response in one write, close. Returns
+/// The report's server: read the request, write the response in one write, close. Returns
 /// the instant just before `close()` and the connection's local port.
 fn serve(l: &TcpListener) -> (Instant, u16) {
     let (s, _) = l.accept().unwrap();

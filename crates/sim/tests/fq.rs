@@ -1,12 +1,13 @@
-//! The device transmit queue discipline (issue 7) in the deterministic simulator.
+//! The device transmit queue discipline in the deterministic simulator.
 //!
-//! Seed 003: on a 100 Mbit/s path with a 4.7 ms round trip, a bulk TCP transfer made a
-//! ping take 9.87 s, because every frame waited in one FIFO behind the bulk flow's backlog.
-//! Here host 0 pings host 1 every 10 ms, first on an idle path, then while it sends one
-//! bulk flow to host 1 over a link with a large queue (2 MiB, 168 ms at the link rate) and
-//! socket buffers large enough to fill it. With the fair queue and byte-queue limit in
-//! front of the link (`fq`, the default) the ping's p99 during the transfer stays within
-//! 5 ms of its idle p99; without them (the link's FIFO alone) the standing queue shows.
+//! The case it answers: on a Solaris 10 host, on a 100 Mbit/s path with a 4.7 ms round
+//! trip, a bulk TCP transfer made a ping take 9.87 s, because every frame waited in one
+//! FIFO behind the bulk flow's backlog. Here host 0 pings host 1 every 10 ms, first on an
+//! idle path, then while it sends one bulk flow to host 1 over a link with a large queue
+//! (2 MiB, 168 ms at the link rate) and socket buffers large enough to fill it. With the
+//! fair queue and byte-queue limit in front of the link (`fq`, the default) the ping's
+//! p99 during the transfer stays within 5 ms of its idle p99; without them (the link's
+//! FIFO alone) the standing queue shows.
 
 use ember_netem::ImpairConfig;
 use ember_sim::{ping_percentile, run, RunReport, SimConfig};
@@ -19,7 +20,7 @@ fn seed_003(fq: bool) -> SimConfig {
     SimConfig {
         seed: 3,
         impair: ImpairConfig {
-            // 2.35 ms each way: a 4.7 ms round trip, as Zurich-Geneva in the seed.
+            // 2.35 ms each way: a 4.7 ms round trip, as Zurich-Geneva in that report.
             delay: Duration::from_micros(2350),
             rate_bps: Some(100_000_000),
             queue_bytes: 2 << 20,
@@ -28,7 +29,7 @@ fn seed_003(fq: bool) -> SimConfig {
         queue_explicit: true,
         bytes: 40_000_000,
         oneway: true,
-        // The seed's user had tuned the buffers large: enough to fill the link queue.
+        // The report's user had tuned the buffers large: enough to fill the link queue.
         auto_buffers: false,
         params: vec![
             ("tcp_max_buf".into(), (16u64 << 20).to_string()),
@@ -100,7 +101,8 @@ fn seed_003_a_bulk_transfer_does_not_starve_pings() {
         f_on.idle_p99
     );
     assert!(f_on.pings_during >= 100, "{} pings", f_on.pings_during);
-    // Issue 7's bound, with the fair queue.
+    // The starvation bound (ping p99 during the transfer within 5 ms of idle), with the
+    // fair queue.
     assert!(
         f_on.bulk_p99 <= f_on.idle_p99 + 5.0,
         "fq on: ping p99 {:.2} ms during the bulk transfer, idle {:.2} ms",
@@ -112,8 +114,8 @@ fn seed_003_a_bulk_transfer_does_not_starve_pings() {
     assert!(f_on.mbit >= 90.0, "fq on: bulk {:.1} Mbit/s", f_on.mbit);
     assert!(on.fq.codel_drops > 0, "{:?}", on.fq);
     // Without it the link's FIFO holds a standing queue that every ping waits behind, and
-    // the same bound fails (what seed 003 saw, on a smaller scale: TCP's window, not the
-    // whole transfer, sits in the queue here).
+    // the same bound fails (what the Solaris 10 report saw, on a smaller scale: TCP's
+    // window, not the whole transfer, sits in the queue here).
     assert!(
         f_off.bulk_p99 > f_off.idle_p99 + 5.0,
         "fq off: ping p99 {:.2} ms, idle {:.2} ms",

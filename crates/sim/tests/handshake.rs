@@ -1,4 +1,4 @@
-//! The handshake under duplication (issue 19, item 1): a duplicate of the client's SYN
+//! The handshake under duplication: a duplicate of the client's SYN
 //! taken in, in one receive batch, together with the client's final ACK.
 //!
 //! In SYN-RECEIVED ember answered a retransmitted SYN by rewinding SND.NXT to ISS, so

@@ -1,9 +1,9 @@
-//! RFC 4987: a flood of spoofed SYNs at a listener while real clients connect
-//! (issue 9's flood test). With SYN cookies (`tcp_syncookies=1`, the default) the SYN
-//! queue fills with the flood's half-open connections and every later SYN, the flood's
-//! and the clients', is answered with a cookie: the clients complete and the server's
-//! memory stays within its bounds. Without cookies, the control run shows the flood
-//! working: the clients' SYNs are dropped while the queue is full.
+//! RFC 4987: a flood of spoofed SYNs at a listener while real clients connect (the
+//! simulator flood of docs/HARDENING.md). With SYN cookies (`tcp_syncookies=1`, the
+//! default) the SYN queue fills with the flood's half-open connections and every later
+//! SYN, the flood's and the clients', is answered with a cookie: the clients complete and
+//! the server's memory stays within its bounds. Without cookies, the control run shows
+//! the flood working: the clients' SYNs are dropped while the queue is full.
 //!
 //! `EMBER_SYNFLOOD_SYNS` sets the flood's size (default 1,000,000, at 100,000/s).
 

@@ -1,4 +1,4 @@
-//! Crafted handshakes (issue 19): a raw socket in the namespace plays the client, segment
+//! Crafted handshakes: a raw socket in the namespace plays the client, segment
 //! by segment, against `ember serve` on the TAP and, as the control, against a kernel
 //! listener in a second namespace joined by a veth pair.
 //!

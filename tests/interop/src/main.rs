@@ -20,7 +20,7 @@
 //! (hping3) during which curl keeps fetching, answered with SYN cookies. ember serve must exit
 //! cleanly (status 0) on SIGTERM after each phase.
 //!
-//! The `handshake:` steps (issue 19, `handshake.rs`) craft the client side of handshakes
+//! The `handshake:` steps (`handshake.rs`) craft the client side of handshakes
 //! from a raw socket in the namespace, against a fresh ember serve and, as the control,
 //! against a kernel listener at 198.18.3.2 in a second namespace joined by a veth pair
 //! (`ekc0`/`ekc1`, 198.18.3.1 on our side): 50 tries of SYN, the SYN,ACK, then a duplicate
@@ -856,7 +856,7 @@ fn wait_child(ch: &mut Child, limit: Duration) -> Result<(), String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Crafted handshakes (issue 19): a raw socket in the namespace against ember serve and,
+// Crafted handshakes: a raw socket in the namespace against ember serve and,
 // as the control, a kernel listener.
 
 /// The kernel listener of the `handshake:` steps, in a namespace of its own.
@@ -1087,10 +1087,10 @@ fn capture_checks(cap: &Path) -> Result<Value, String> {
             ));
         }
     }
-    // The FIN leaves within 1 ms of the last data (seed 001): every ember FIN, timed from
-    // ember's last data on its connection or, where the peer closed first (curl ending a
-    // keep-alive connection), from the peer's FIN: how long curl takes to close is not
-    // ember's to answer for.
+    // The FIN leaves within 1 ms of the last data (a NIC's LSO buffer once held a
+    // server's FIN for 3.4 s): every ember FIN, timed from ember's last data on its
+    // connection or, where the peer closed first (curl ending a keep-alive connection),
+    // from the peer's FIN: how long curl takes to close is not ember's to answer for.
     let segs = tshark_fields(
         cap,
         "tcp",

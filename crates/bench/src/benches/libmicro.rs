@@ -1,5 +1,5 @@
-//! `libmicro`: seed 004's Table 5, the libMicro connection set-up and tear-down
-//! micro-benchmarks by which the FireEngine white paper showed the merged TCP/IP stack's
+//! `libmicro`: the FireEngine white paper's Table 5, the libMicro connection set-up and
+//! tear-down micro-benchmarks by which the paper showed the merged TCP/IP stack's
 //! gains (Solaris 10 build 24 → FireEngine: connect()/accept() 203 → 146, socket()
 //! 33 → 25, close() 88 → 47, per call).
 //!

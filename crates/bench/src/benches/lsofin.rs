@@ -1,10 +1,11 @@
-//! `lsofin`: seed 001, a NIC's LSO buffer that held a server's final FIN for 3.4 s. A
-//! client that reads until end of file (nagios' `check_http`, not curl, which counts
-//! Content-Length) waited those 3.4 s on its last `read()`; only responses larger than a
-//! few KB (large enough to go through LSO) were hit, and `ip_lso_outbound=0` cured it.
+//! `lsofin`: a NIC's LSO buffer that held a server's final FIN for 3.4 s (a Solaris IGB
+//! driver report). A client that reads until end of file (nagios' `check_http`, not curl,
+//! which counts Content-Length) waited those 3.4 s on its last `read()`; only responses
+//! larger than a few KB (large enough to go through LSO) were hit, and
+//! `ip_lso_outbound=0` cured it.
 //!
-//! The workload, per connection, as in the seed's HTTP exchange: the client connects and
-//! sends a 120-byte request (the seed's client sequence number after its request is 121);
+//! The workload, per connection, as in the report's HTTP exchange: the client connects and
+//! sends a 120-byte request (the report's client sequence number after its request is 121);
 //! the server (with `TCP_NODELAY`, as Apache sets it) reads it, writes a 15 KiB response in
 //! one write and calls `close()`; the client reads until `read()` returns 0. Connections
 //! run one after another, a tenth as many untimed ones first. Per connection:
@@ -34,9 +35,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// Request size: the seed's client had sent 120 bytes (its ACKs carry Seq=121).
+/// Request size: the report's client had sent 120 bytes (its ACKs carry Seq=121).
 pub const REQUEST: usize = 120;
-/// Response size: 15 KiB, about the seed's (its client acknowledged 15,516 bytes).
+/// Response size: 15 KiB, about the report's (its client acknowledged 15,516 bytes).
 pub const RESPONSE: usize = 15 * 1024;
 /// The `ember-wire` modes: `ip_lso_outbound` on and off.
 pub const MODES: &[&str] = &["lso-on", "lso-off"];

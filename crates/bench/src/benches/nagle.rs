@@ -1,31 +1,31 @@
-//! `nagle`: seed 002 ("earthquaky" interfaces), small logically related writes under
-//! Nagle, `TCP_NODELAY`, `TCP_CORK` and `writev`.
+//! `nagle`: the "earthquaky kernel interfaces" paper's case, small logically related
+//! writes under Nagle, `TCP_NODELAY`, `TCP_CORK` and `writev`.
 //!
-//! The workload is the seed's `tcp_nagle_client`/`tcp_nagle_server` pair: per *logical
+//! The workload is the paper's `tcp_nagle_client`/`tcp_nagle_server` pair: per *logical
 //! packet* (a message) the client makes 15 two-byte writes, then reads a 2-byte reply;
 //! the server reads the 30 bytes and writes the reply. 10,000 messages (1,000 with
 //! `--quick`). The modes are the client's socket options:
-//! - `default`: Nagle on (nothing set); the seed took 400 s for 10,000 messages, each
+//! - `default`: Nagle on (nothing set); the paper measured 400 s for 10,000 messages, each
 //!   waiting for the peer's delayed ACK (40 ms).
 //! - `nodelay`: `TCP_NODELAY`; each write leaves at once (15 segments per message).
 //! - `cork`: `TCP_CORK` set before the 15 writes and cleared after them (one segment).
 //! - `writev`: the 15 pieces as one vectored write, Nagle on (one segment).
 //!
-//! The server sets no option (as in the seed). The reply is not a constant: it is a
+//! The server sets no option (as in the paper). The reply is not a constant: it is a
 //! 16-bit hash of the 30 bytes the server read ([`reply_for`]), which the client checks
 //! against the hash of what it wrote, so bytes lost, reordered or corrupted fail the
 //! case instead of passing as a fast run.
 //!
 //! Figures (per measurement): `total_ms` (first write to last reply, for the messages
-//! done), `bytes_per_ms` counted as the seed counts it (the 30 request bytes per message,
+//! done), `bytes_per_ms` counted as the paper counts it (the 30 request bytes per message,
 //! the replies not included), `segments_per_message` (data segments the client sent per
 //! message, counted from the wire: the client's [`crate::env::WireTap`] for
 //! `ember-wire`, `tcpi_data_segs_out` for `kernel-tcp`; for `ember-fused`, which sends no
 //! segments, the fused deliveries: `tcp:send` probe firings of the client's socket),
 //! `messages` (messages done), `us_per_message`, `cpu_us_per_op` (process CPU per
 //! message), and for `ember-fused` `unread_stops_per_message`: how often per message the
-//! unread-writes limit (`tcp_fusion_rcv_unread_min`, seed 000) stopped the client, whose
-//! 15 writes in a row can outrun the server's reads.
+//! unread-writes limit (`tcp_fusion_rcv_unread_min`, Solaris 10's slow-reader guard)
+//! stopped the client, whose 15 writes in a row can outrun the server's reads.
 //!
 //! Each measurement is bounded by the count and by a deadline (2.5 s quick, 20 s full):
 //! `default` costs a delayed-ACK timeout per message, so it stops at the deadline with

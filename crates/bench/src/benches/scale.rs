@@ -1,5 +1,5 @@
 //! `scale`: the FireEngine metric "scalability with connections and with CPUs"
-//! (seed 004: one squeue per CPU, each connection bound to one squeue, so that
+//! (FireEngine's design: one squeue per CPU, each connection bound to one squeue, so that
 //! connections on different CPUs never share a lock; a per-connection state small enough
 //! for very many connections). Three kinds of case, the case's mode naming which:
 //!

@@ -1,7 +1,8 @@
-//! `slowreader`: seed 000 (TCP_FUSION and slow readers), the fused writer against a
-//! reader 8× slower than it, under the three settings of `tcp_fusion_rcv_unread_min` the
-//! seed walks through: 8 (the default: the writer stops after 8 writes the reader has not
-//! read), 32 (the seed's "increase slow reader tolerance") and 0 (the check off: only the
+//! `slowreader`: Solaris 10's TCP_FUSION and slow readers (a fast fused writer can starve
+//! a slower reader on the same CPU), the fused writer against a reader 8× slower than it,
+//! under the three settings of `tcp_fusion_rcv_unread_min` the Solaris note walks
+//! through: 8 (the default: the writer stops after 8 writes the reader has not read), 32
+//! (its "increase slow reader tolerance") and 0 (the check off: only the
 //! buffers stop the writer). Modes `unread8`, `unread32`, `unread0` of `ember-fused`
 //! (set through `EnvConfig.params`, after any `--param`, so the mode's value wins);
 //! `kernel-tcp` is the baseline (it has no such limit).

@@ -1,14 +1,14 @@
-//! `starvation`: seed 003, a bulk TCP transfer on Solaris 10 that starved ICMP and UDP on
-//! the same host: over a 100 Mbit/s path with a 4.7 ms round trip, pings went from 4.7 ms
-//! to 9.87 s while the transfer ran (the echo requests left only after it ended), and
-//! DNS queries over UDP from 6 ms to 4.7 s.
+//! `starvation`: a bulk TCP transfer on Solaris 10 that starved ICMP and UDP on the same
+//! host (a report to the NDT users' list): over a 100 Mbit/s path with a 4.7 ms round
+//! trip, pings went from 4.7 ms to 9.87 s while the transfer ran (the echo requests left
+//! only after it ended), and DNS queries over UDP from 6 ms to 4.7 s.
 //!
-//! The scenario, on `ember-wire` with the link impaired to the seed's path (100 Mbit/s
+//! The scenario, on `ember-wire` with the link impaired to the report's path (100 Mbit/s
 //! serialisation and 2.35 ms one-way delay in each direction, the link's default transmit
 //! queue of 256 KiB, tail drop):
 //!
 //! * phase 1, idle: every 10 ms the client stack sends an ICMP echo request (56 data
-//!   bytes, as the seed's `ping`) to the server stack, and a UDP prober on the client
+//!   bytes, as the report's `ping`) to the server stack, and a UDP prober on the client
 //!   stack sends a 64-byte request to an echo thread on the server stack and times the
 //!   round trip (one probe at a time, the next at the next 10 ms slot);
 //! * phase 2, bulk: the same probes while one TCP connection pushes data client → server
@@ -37,15 +37,15 @@ use std::time::{Duration, Instant};
 
 /// The variants `starvation` runs (`ember-tap` is reported as skipped until it exists).
 pub const VARIANTS: &[Variant] = &[Variant::EmberWire, Variant::EmberTap];
-/// The seed's bottleneck: 100 Mbit/s.
+/// The report's bottleneck: 100 Mbit/s.
 pub const RATE_BPS: u64 = 100_000_000;
-/// Half the seed's 4.7 ms base round trip, in each direction.
+/// Half the report's 4.7 ms base round trip, in each direction.
 pub const ONE_WAY: Duration = Duration::from_micros(2_350);
 /// Time between probes of each kind.
 pub const INTERVAL: Duration = Duration::from_millis(10);
 /// A probe without a reply this long is lost (and counts as this long).
 pub const TIMEOUT: Duration = Duration::from_secs(2);
-/// ICMP echo data bytes (the seed's `ping`: "56 data bytes").
+/// ICMP echo data bytes (the report's `ping`: "56 data bytes").
 pub const PING_PAYLOAD: usize = 56;
 /// UDP request and reply size (a small DNS-like exchange).
 pub const UDP_PAYLOAD: usize = 64;
@@ -64,7 +64,7 @@ pub const ALLOWANCE_MS: f64 = 5.0;
 /// The spec's floor for the bulk flow.
 pub const BULK_TARGET_MBIT: f64 = 90.0;
 
-/// The link both directions of `ember-wire` get: the seed's path.
+/// The link both directions of `ember-wire` get: the report's path.
 pub fn seed_link() -> ImpairConfig {
     ImpairConfig {
         rate_bps: Some(RATE_BPS),

@@ -73,7 +73,7 @@ pub fn run(o: &Opts) -> io::Result<Report> {
     r.check_ratio("ember-fused", "kernel-tcp", "gbit_per_s", false, 3.0);
     r.check_ratio(&wire(65_535), "kernel-tcp", "gbit_per_s", false, 1.0);
     r.check_ratio(&wire(1500), "kernel-tcp", "gbit_per_s", false, 0.5);
-    // Issue 7: LSO/GSO/GRO at least double ember-wire at MTU 1500.
+    // The offload target: LSO/GSO/GRO at least double ember-wire at MTU 1500.
     r.check_ratio(
         &wire(1500),
         &format!("ember-wire[mtu1500{NO_OFFLOAD}]"),

@@ -223,7 +223,8 @@ mod self_check {
     #[test]
     fn the_issues_examples() {
         assert_eq!(cases().len(), 113);
-        // Issue 19 item 4, and RFC 2883 §4.1.3 / §4.2.3 in the table's numbers.
+        // A segment partly over a held block, one inside a held block and in-order data
+        // running into a held block; and RFC 2883 §4.1.3 / §4.2.3 in the table's numbers.
         let x = rfc_expected((250, 350), false);
         assert_eq!(x.ack, 100);
         assert_eq!(

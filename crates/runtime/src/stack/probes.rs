@@ -9,7 +9,7 @@
 //! provides DTrace's own mechanisms (or nothing), and the semaphore read below is
 //! replaced by "always ask the probe macro".
 //!
-//! The cost when nobody listens must be one predictable branch (issue 8). A probe site
+//! The cost when nobody listens must be one predictable branch. A probe site
 //! ([`super::StackInner::probe`], the squeue hooks in `perim.rs`) therefore reads the
 //! in-process flag (`probes_on`) and this probe's semaphore ([`semaphore`]), ORs them and
 //! branches once; everything else (the argument packing, the `usdt` macro with its own

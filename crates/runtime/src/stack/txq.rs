@@ -35,11 +35,12 @@
 //!   or is dropped; a connection that TCP held back is flushed again once all of its
 //!   credit is back.
 //! * The IP layer's own frames (ARP, ICMP, UDP) do not enter the fair queue: they go to
-//!   the device at once and wait at most behind the ~1 ms of TCP the device holds (seed
-//!   003: a bulk transfer must not hold a ping back). UDP does not go through the squeues,
-//!   so nothing here holds a UDP bulk sender back.
+//!   the device at once and wait at most behind the ~1 ms of TCP the device holds (a bulk
+//!   transfer must not hold a ping back). UDP does not go through the squeues, so nothing
+//!   here holds a UDP bulk sender back.
 //! * A FIN is never held here: it rides on the last piece of its segment or goes alone,
-//!   and leaves as soon as the data ahead of it in its own flow has (seed 001).
+//!   and leaves as soon as the data ahead of it in its own flow has (a NIC's LSO buffer
+//!   once kept a server's FIN for 3.4 s).
 
 use crate::dev::{feed_device, frame_flow, Device, Fq, FqConfig, FqStats, QItem};
 use core::time::Duration;
