@@ -9,9 +9,11 @@
 //! system: time is always a parameter ([`time::Instant`]), so the same code runs under a
 //! real clock in the runtime and under the simulator's virtual clock, deterministically.
 //!
-//! [`host::Host`] composes the layers into one single-threaded host (merged TCP/IP: IP
-//! hands TCP a segment by a direct call); the runtime crate composes the same pieces with
-//! squeues and a classifier. Tunables live in one table ([`params::Params`]) under their
+//! [`host::Host`] composes the layers into one single-threaded host, an IP layer
+//! ([`host::IpLayer`]) and TCP over it (merged TCP/IP: IP hands TCP a segment by a direct
+//! call, through a [`host::TcpSink`]); the runtime crate drives an `IpLayer` of its own
+//! and keeps TCP (the `Tcb`s and the [`tcp::endpoint`]) in its squeues, behind a
+//! classifier. Tunables live in one table ([`params::Params`]) under their
 //! ndd names.
 //!
 //! No input can panic this crate or grow its memory without bound: every parser returns

@@ -2,9 +2,9 @@
 //!
 //! A [`Wire`] accepts whole Ethernet frames with [`Wire::send`] at an instant and hands them
 //! out with [`Wire::recv`] once their arrival instant has come. It never reads a clock and
-//! never spawns anything: the driver (the deterministic simulator with a virtual clock, later
-//! the runtime with a real one) passes `now`, and asks [`Wire::next_arrival`] when to come
-//! back.
+//! never spawns anything: the driver (the deterministic simulator with a virtual clock, or
+//! the runtime's `dev::mem_link` and `dev::Impaired` with a real one) passes `now`, and
+//! asks [`Wire::next_arrival`] when to come back.
 //!
 //! # Timing model
 //!

@@ -3,17 +3,22 @@
 //! The runtime layer of ember, Solaris 10 FireEngine's architecture in user space:
 //!
 //! * [`squeue`]: vertical perimeters (serialisation queues), one per CPU, with entry
-//!   modes process / nodrain / fill, a worker thread each and a timer wheel;
+//!   modes process / nodrain / fill, a worker thread each and a timer wheel, and what
+//!   each thread knows of the squeues it is in (depth, deferred wake-ups);
 //! * [`classifier`]: the connected and bind tables that send each segment to its
 //!   connection's squeue;
-//! * [`stack`]: the stack itself (squeues, classifier, IP layer, devices, tunables,
-//!   counters, probes, filter), with TCP Fusion for connections between two of its own
-//!   sockets;
+//! * [`stack`]: the stack itself (squeues, classifier, the core's IP layer, devices,
+//!   tunables, counters, probes, filter), each squeue's perimeter (its connections and
+//!   their TCP/IP glue) and transmit queues, with TCP Fusion for connections between two
+//!   of its own sockets;
 //! * [`socket`]: `TcpListener`, `TcpStream`, `UdpSocket` and a `Poller`, with the
 //!   kernel's semantics and error kinds;
 //! * [`dev`]: devices: TAP, AF_PACKET, pcap capture, and the in-memory link and
 //!   impairment models of `ember-netem` (which the simulator drives in virtual time)
-//!   in real time as stack devices.
+//!   in real time as stack devices; the fair queue's feeding of a device; the network
+//!   namespaces tests put devices in;
+//! * [`control`]: the control socket that `ember ndd`, `kstat`, `netstat` and `ls` talk
+//!   to on a running stack; [`clock`]: the process-wide time base.
 //!
 //! The protocol core (`ember-core`) never touches a thread or a clock; this crate is
 //! where they live.

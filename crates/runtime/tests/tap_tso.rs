@@ -7,8 +7,9 @@
 //! 1500): the kernel's stack sits at 198.18.7.1, and the test thread itself plays a
 //! minimal TCP peer at 198.18.7.2, building every frame by hand with ember-core's wire
 //! builders and moving them only through the queue's [`Device`] methods (`transmit`,
-//! `poll_rx`). No ember `Stack` is involved, because ember's TCP does not yet emit
-//! segments larger than the MTU: the peer makes one.
+//! `poll_rx`). No ember `Stack` is involved: this checks the device and the kernel alone,
+//! so the peer builds its large segment by hand (ember's own large segments over a TAP
+//! with offload are checked in `txpath.rs`).
 //!
 //! What it proves:
 //!

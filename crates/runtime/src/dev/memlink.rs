@@ -1,4 +1,4 @@
-//! The in-memory link in real time: the foundation's impaired [`Link`] (two wires with
+//! The in-memory link in real time: `ember-netem`'s impaired [`Link`] (two wires with
 //! loss, duplication, reordering, corruption, delay, rate and queue), driven by the
 //! process clock, with each end a [`Device`] whose receive side feeds a squeue.
 //!
