@@ -12,13 +12,14 @@
 //! datagram that carried it is being taken in (or, with GRO, when its run of segments is
 //! complete), in one direction, IP to TCP.
 //!
-//! TCP sends through [`IpLayer::ip_output_gso`] (a datagram it built with Ethernet
-//! headroom) and is told about ICMP errors quoting its segments
-//! ([`TcpSink::tcp_icmp_error`], RFC 5927 validation is TCP's).
+//! TCP sends a datagram it built with Ethernet headroom through `IpLayer::ip_output_gso`
+//! (the host's own TCP) or [`IpLayer::send_tcp_gso`] (the runtime's) and is told about
+//! ICMP errors quoting its segments ([`TcpSink::tcp_icmp_error`], RFC 5927 validation is
+//! TCP's).
 //!
 //! # Bounds
 //! ARP's pending packets (`arp_pending_max`), reassembly (`ip_reass_queue_bytes`), UDP
-//! receive queues, the loopback queue ([`MAX_LOOPBACK_QUEUE`](super::MAX_LOOPBACK_QUEUE))
+//! receive queues, the loopback queue (`MAX_LOOPBACK_QUEUE`)
 //! and the transmit queue ([`MAX_TX_QUEUE`](super::MAX_TX_QUEUE)): frames are dropped and
 //! counted when the driver does not drain it.
 

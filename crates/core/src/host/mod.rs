@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! `Host` is an IP layer ([`IpLayer`], `ip.rs`: ARP, IPv4, ICMP, UDP, reassembly, GRO,
-//! GSO) and TCP ([`TcpLayer`](tcp), `tcp.rs`: connections, listeners, timers, over the
+//! GSO) and TCP (`TcpLayer`, `tcp.rs`: connections, listeners, timers, over the
 //! TCP endpoint of `crate::tcp::endpoint`). A frame comes in ([`Host::receive`]);
 //! Ethernet hands it to ARP or IP; IP validates and reassembles and hands the datagram to
 //! ICMP, UDP or TCP by a direct call (TCP and IP are merged: the IP layer calls TCP, a

@@ -17,7 +17,7 @@
 //!   which the next pending segment would be lost: the reorder timer (§6.3).
 //! * TLP (§7): the probe timeout is armed after new data is sent or new data is
 //!   cumulatively acknowledged (§7.2), the probe sends one new segment or retransmits the
-//!   last one (§7.3), at most one per episode, and [`Tcb::tlp_on_ack`] tells whether the
+//!   last one (§7.3), at most one per episode, and `Tcb::tlp_on_ack` tells whether the
 //!   probe repaired a loss (§7.4), in which case congestion control reduces once.
 //!
 //! The Tcb glue (`impl Tcb` below) connects these to input (after every acceptable ACK),
