@@ -5,37 +5,13 @@
 //!
 //! Every blocking call has a timeout so a bug fails instead of hanging.
 
-use ember_runtime::dev::{mem_link, ImpairConfig};
-use ember_runtime::{IfaceConfig, Stack, TcpListener, TcpStream};
+use ember_runtime::{TcpListener, TcpStream};
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-fn iface(addr: Ipv4Addr) -> IfaceConfig {
-    IfaceConfig {
-        addr,
-        prefix_len: 24,
-        mac: None,
-        mtu: None,
-    }
-}
-
-/// Client 198.18.0.1 and server 198.18.0.2 on a clean in-memory link; `server` tunables.
-fn two_stacks(server: &[(&str, &str)]) -> (Stack, Stack) {
-    let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 5);
-    let a = Stack::builder()
-        .squeues(1)
-        .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), ea)
-        .build()
-        .unwrap();
-    let mut b = Stack::builder()
-        .squeues(2)
-        .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), eb);
-    for (k, v) in server {
-        b = b.param(k, v).unwrap();
-    }
-    (a, b.build().unwrap())
-}
+mod common;
+use common::two_stacks;
 
 /// RFC 9293 §3.10.7.1 with `tcp_rst_sent_rate`: RSTs to the network for segments to no
 /// connection are limited, and the ones not sent are counted (tcpRstDropped), as the

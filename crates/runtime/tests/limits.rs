@@ -5,8 +5,7 @@
 //!
 //! Every blocking call has a timeout so a bug fails instead of hanging.
 
-use ember_runtime::dev::{mem_link, ImpairConfig};
-use ember_runtime::{IfaceConfig, Stack, TcpListener, TcpStream};
+use ember_runtime::{Stack, TcpListener, TcpStream};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -20,31 +19,8 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-fn iface(addr: Ipv4Addr) -> IfaceConfig {
-    IfaceConfig {
-        addr,
-        prefix_len: 24,
-        mac: None,
-        mtu: None,
-    }
-}
-
-/// Client 198.18.0.1 and server 198.18.0.2 on a clean in-memory link; `server` tunables.
-fn two_stacks(server: &[(&str, &str)]) -> (Stack, Stack) {
-    let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 5);
-    let a = Stack::builder()
-        .squeues(1)
-        .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), ea)
-        .build()
-        .unwrap();
-    let mut b = Stack::builder()
-        .squeues(2)
-        .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), eb);
-    for (k, v) in server {
-        b = b.param(k, v).unwrap();
-    }
-    (a, b.build().unwrap())
-}
+mod common;
+use common::two_stacks;
 
 /// `tcp_max_conns` on one stack: connect() past it fails with ENOBUFS (as Linux when a
 /// socket cannot be allocated), the connections already made keep carrying data, and a

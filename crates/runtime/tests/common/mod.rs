@@ -164,3 +164,33 @@ pub mod kernel_peer {
         );
     }
 }
+
+/// An interface with a /24 and the default MAC and MTU.
+pub fn iface(addr: std::net::Ipv4Addr) -> ember_runtime::IfaceConfig {
+    ember_runtime::IfaceConfig {
+        addr,
+        prefix_len: 24,
+        mac: None,
+        mtu: None,
+    }
+}
+
+/// Client 198.18.0.1 (one squeue) and server 198.18.0.2 (two squeues, `server` tunables)
+/// on a clean in-memory link.
+pub fn two_stacks(server: &[(&str, &str)]) -> (ember_runtime::Stack, ember_runtime::Stack) {
+    use ember_runtime::dev::{mem_link, ImpairConfig};
+    use std::net::Ipv4Addr;
+    let (ea, eb) = mem_link(ImpairConfig::default(), ImpairConfig::default(), 5);
+    let a = ember_runtime::Stack::builder()
+        .squeues(1)
+        .interface(iface(Ipv4Addr::new(198, 18, 0, 1)), ea)
+        .build()
+        .unwrap();
+    let mut b = ember_runtime::Stack::builder()
+        .squeues(2)
+        .interface(iface(Ipv4Addr::new(198, 18, 0, 2)), eb);
+    for (k, v) in server {
+        b = b.param(k, v).unwrap();
+    }
+    (a, b.build().unwrap())
+}
