@@ -261,10 +261,10 @@ impl TcpLayer {
             }
             Action::Accept {
                 listener,
-                tcb,
+                conn,
                 cookie,
             } => {
-                let id = self.add_passive(listener, local, remote, *tcb);
+                let id = self.add_passive(listener, local, remote, conn.into_tcb());
                 if cookie {
                     self.endpoint.stats.syncookies_recv += 1;
                 }

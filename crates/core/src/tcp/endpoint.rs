@@ -138,17 +138,19 @@ pub struct Arrival<'a> {
 }
 
 /// What to do with a segment.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Action<L> {
     /// Give it to the connection found; `strip_data`: only its header (see [`strip_data`]).
     Deliver { strip_data: bool },
-    /// A new connection in SYN-RECEIVED for `listener`: add it to the owner's table and
-    /// the listener's SYN queue, count a passive open, and flush it. `cookie`: it was
-    /// rebuilt from a SYN cookie and has already taken the segment (the ACK that completes
-    /// it), so the owner counts `tcpSynCookiesRecv`.
+    /// A new connection in SYN-RECEIVED for `listener`: build it
+    /// ([`NewConn::into_tcb`]), add it to the owner's table and the listener's SYN queue,
+    /// count a passive open, and flush it. `cookie`: it was rebuilt from a SYN cookie and
+    /// has already taken the segment (the ACK that completes it), so the owner counts
+    /// `tcpSynCookiesRecv`.
     Accept {
         listener: L,
-        tcb: Box<Tcb>,
+        conn: NewConn,
         cookie: bool,
     },
     /// Send `repr` (no payload), which belongs to no connection. `cookie_for`: it is a
@@ -159,6 +161,57 @@ pub enum Action<L> {
     },
     /// Nothing to do; counted.
     Drop,
+}
+
+/// A passive connection the endpoint decided to make. A `Tcb` is large: the one a SYN opens
+/// is built by the owner where it stores it ([`NewConn::into_tcb`]), not moved through the
+/// verdict (a SYN's parameters are moved instead: boxing them, or the `Tcb`, cost more,
+/// measured with callgrind).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum NewConn {
+    /// From a SYN: `Tcb::accept` with these, then the route's and listener's settings.
+    Syn(PassiveOpen),
+    /// Rebuilt from a SYN cookie (RFC 4987 §3.6), the completing ACK taken.
+    Cookie(Box<Tcb>),
+}
+
+/// What `Tcb::accept` needs for a SYN at a listener, and what the route and the listener
+/// add.
+#[derive(Debug)]
+pub struct PassiveOpen {
+    now: Instant,
+    spec: ConnSpec,
+    settings: TcpSettings,
+    syn: TcpRepr,
+    route: Route,
+    user_mss: Option<u32>,
+}
+
+impl NewConn {
+    /// The connection, in SYN-RECEIVED.
+    #[inline]
+    pub fn into_tcb(self) -> Tcb {
+        match self {
+            NewConn::Syn(o) => {
+                let PassiveOpen {
+                    now,
+                    spec,
+                    settings,
+                    syn,
+                    route,
+                    user_mss,
+                } = o;
+                let lso_max = settings.lso_max;
+                // Any text on the SYN is not taken (no TCP Fast Open); the peer
+                // retransmits it.
+                let mut tcb = Tcb::accept(now, spec, settings, &syn);
+                finish(&mut tcb, route, lso_max, user_mss);
+                tcb
+            }
+            NewConn::Cookie(t) => *t,
+        }
+    }
 }
 
 /// [`Endpoint::handle_segment`]'s answer.
@@ -360,7 +413,7 @@ impl Endpoint {
                 return match self.cookie_ack(ctx, now, &view, a) {
                     Some(Some(tcb)) => Action::Accept {
                         listener: l,
-                        tcb,
+                        conn: NewConn::Cookie(Box::new(tcb)),
                         cookie: true,
                     },
                     Some(None) => Action::Drop,
@@ -416,13 +469,16 @@ impl Endpoint {
             ts_offset: g.ts_offset(a.local, a.remote),
             mtu: route.mtu,
         };
-        let lso_max = set.lso_max;
-        // Any text on the SYN is not taken (no TCP Fast Open); the peer retransmits it.
-        let mut tcb = Box::new(Tcb::accept(now, spec, set, a.seg));
-        finish(&mut tcb, route, lso_max, view.user_mss);
         Action::Accept {
             listener: l,
-            tcb,
+            conn: NewConn::Syn(PassiveOpen {
+                now,
+                spec,
+                settings: set,
+                syn: *a.seg,
+                route,
+                user_mss: view.user_mss,
+            }),
             cookie: false,
         }
     }
@@ -437,7 +493,7 @@ impl Endpoint {
         now: Instant,
         view: &ListenerView,
         a: &Arrival<'_>,
-    ) -> Option<Option<Box<Tcb>>> {
+    ) -> Option<Option<Tcb>> {
         if !syncookie::checks_acks(ctx.syncookies(), view.cookie_at, now) {
             return None;
         }
@@ -458,7 +514,7 @@ impl Endpoint {
             self.stats.conn_limit_drops += 1;
             return Some(None);
         }
-        let mut tcb = Box::new(tcb);
+        let mut tcb = tcb;
         finish(&mut tcb, route, lso_max, view.user_mss);
         tcb.on_segment(now, a.seg, a.payload);
         Some(Some(tcb))

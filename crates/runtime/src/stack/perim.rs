@@ -441,10 +441,10 @@ impl Perim {
             }
             Action::Accept {
                 listener,
-                tcb,
+                conn,
                 cookie,
             } => {
-                let Some(k) = self.add_passive(st, &listener, *tcb) else {
+                let Some(k) = self.add_passive(st, &listener, conn.into_tcb()) else {
                     return;
                 };
                 if cookie {
