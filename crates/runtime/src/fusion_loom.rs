@@ -13,7 +13,7 @@
 //! * an abortive close (SO_LINGER 0) racing the reader leaves it with a prefix of the
 //!   bytes written, then the reset, and always woken.
 //!
-//! The perimeter here mirrors the runtime's (`stack::perim`): the same core calls
+//! The perimeter here mirrors the runtime's (`stack::perimeter`): the same core calls
 //! (`fused_send`, `recv`, `fused_sync_window`, `unfuse_pair`, `close`), the same
 //! readiness rules, with loopback segments shuttled inside the perimeter as `run_lo` does.
 //!
@@ -36,8 +36,7 @@ struct Pair {
     a: Tcb,
     b: Tcb,
     fused: bool,
-    /// Fused writes B has not read.
-    unread: u32,
+    /// `tcp_fusion_rcv_unread_min` (the core's `FusedFlow` in A decides with it).
     limit: u32,
     a_w: Arc<Waitable>,
     b_w: Arc<Waitable>,
@@ -100,7 +99,6 @@ impl Pair {
             a,
             b,
             fused: true,
-            unread: 0,
             limit,
             a_w: Arc::new(Waitable::default()),
             b_w: Arc::new(Waitable::default()),
@@ -117,14 +115,13 @@ impl Pair {
             rb |= ready::READ;
         }
         self.b_w.set(rb);
-        let blocked = self.fused && self.limit > 0 && self.unread >= self.limit;
-        let space = if self.fused {
-            self.b.fused_recv_space()
+        let writable = if self.fused {
+            self.a.fused_flow().writable(self.b.fused_recv_space())
         } else {
-            self.a.send_space()
+            self.a.send_space() > 0
         };
         let mut ra = 0;
-        if (!blocked && space > 0) || self.a.error().is_some() {
+        if writable || self.a.error().is_some() {
             ra |= ready::WRITE;
         }
         self.a_w.set(ra);
@@ -132,14 +129,10 @@ impl Pair {
 
     fn write(&mut self, data: &[u8]) -> Result<usize, TcpError> {
         let r = if self.fused {
-            if self.limit > 0 && self.unread >= self.limit {
+            if self.a.fused_flow_mut().admit(self.limit).is_err() {
                 Err(TcpError::WouldBlock)
             } else {
-                let r = self.a.fused_send(T, &mut self.b, data);
-                if matches!(r, Ok(n) if n > 0) {
-                    self.unread += 1;
-                }
-                r
+                self.a.fused_send(T, &mut self.b, data)
             }
         } else {
             let r = self.a.send(T, data);
@@ -154,7 +147,7 @@ impl Pair {
         let r = self.b.recv(T, buf);
         if self.fused {
             if matches!(r, Ok(n) if n > 0) {
-                self.unread = 0;
+                self.a.fused_flow_mut().reader_read();
                 self.b.fused_sync_window(&mut self.a);
             }
         } else {

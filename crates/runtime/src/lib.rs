@@ -28,7 +28,7 @@
 #![cfg_attr(loom, allow(dead_code))]
 // `unsafe` only where the operating system is called: the device modules that are FFI
 // through and through (`dev::tap`, `dev::afpacket`, `dev::netns`) allow it as a whole, and
-// so does `stack::probes` (the `usdt` provider macros expand to unsafe blocks and extern
+// so does `stack::usdt` (the `usdt` provider macros expand to unsafe blocks and extern
 // blocks, besides its own semaphore reads); the few system calls elsewhere (`sync`'s CPU
 // and affinity queries, `control`'s wake-up of its accept loop) allow it on the one
 // function that makes them. Every block written here has its `SAFETY:` reason. The

@@ -17,7 +17,11 @@
 //!    checks do not look at anything fusing changes.
 //! 3. While fused: writes through [`Tcb::fused_send`]; after the reader read, call
 //!    `reader.fused_sync_window(&mut writer)` so the writer's window follows and a
-//!    blocked writer gets [`Events::WRITABLE`].
+//!    blocked writer gets [`Events::WRITABLE`]. When a writer must stop (a full buffer,
+//!    until the low-water mark; too many unread writes) is decided by the writer's
+//!    [`FusedFlow`] ([`Tcb::fused_flow_mut`]): the owner asks it before a write
+//!    ([`FusedFlow::admit`]) and tells it of the reader's reads
+//!    ([`FusedFlow::reader_read`]).
 //! 4. Before anything fusion does not model — shutdown/close (the FIN), urgent data,
 //!    an ordinary [`Tcb::send`] — and whenever the owner stops co-locating the two,
 //!    [`Tcb::unfuse`] both ends back to back ([`Tcb::unfuse_pair`]). Unfusing is
@@ -47,6 +51,7 @@
 //! is refreshed; no RTT sample covers the fused period.
 
 use super::cc::CongestionControl;
+use super::fused_flow::FusedFlow;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb, MAX_WINDOW, MAX_WSCALE};
 use super::{Events, State, TcpError};
@@ -160,7 +165,7 @@ impl Tcb {
     pub fn fuse(&mut self, _now: Instant, peer: &Tcb) -> Result<(), FuseRefusal> {
         self.fuse_check_pair(peer)?;
         self.fused = true;
-        self.fused_wblocked = false;
+        self.fused_flow = FusedFlow::default();
         self.clear_timers();
         self.rtx_series_start = None;
         self.persist_backoff = 0;
@@ -202,6 +207,18 @@ impl Tcb {
     /// See [`Tcb::set_unfusable`].
     pub fn is_unfusable(&self) -> bool {
         self.unfusable
+    }
+
+    /// Flow control of the direction this end writes while fused ([`FusedFlow`]).
+    pub fn fused_flow(&self) -> &FusedFlow {
+        &self.fused_flow
+    }
+
+    /// [`Tcb::fused_flow`], for the owner's own decisions: the unread-writes limit
+    /// before a write ([`FusedFlow::admit`]), the reader's reads
+    /// ([`FusedFlow::reader_read`]).
+    pub fn fused_flow_mut(&mut self) -> &mut FusedFlow {
+        &mut self.fused_flow
     }
 
     /// A fused write: moves up to `data.len()` bytes from `self` (the writer) straight
@@ -255,13 +272,11 @@ impl Tcb {
         }
         let space = peer.fused_free().min(MAX_FUSED_MOVE) as usize;
         if space == 0 {
-            self.fused_wblocked = true;
+            self.fused_flow.wrote(data.len(), 0);
             return Err(TcpError::WouldBlock);
         }
         let n = data.len().min(space);
-        if n < data.len() {
-            self.fused_wblocked = true;
-        }
+        self.fused_flow.wrote(data.len(), n);
         let n32 = n as u32;
 
         // The reader: as if an in-order segment of n octets arrived (RFC 9293
@@ -317,12 +332,13 @@ impl Tcb {
         let edge = self.fused_edge();
         self.rcv_adv = edge;
         writer.take_fused_window(edge);
-        if writer.fused_wblocked {
-            let mark = writer.set.sndlowat.min(self.rcv_cap / 2).max(1);
-            if self.fused_free() >= mark || !self.fused_can_receive() {
-                writer.fused_wblocked = false;
-                writer.events.insert(Events::WRITABLE);
-            }
+        if writer.fused_flow.reader_space(
+            self.fused_free() as usize,
+            self.rcv_cap as usize,
+            writer.set.sndlowat as usize,
+            self.fused_can_receive(),
+        ) {
+            writer.events.insert(Events::WRITABLE);
         }
     }
 
@@ -360,7 +376,7 @@ impl Tcb {
             return;
         }
         self.fused = false;
-        if core::mem::take(&mut self.fused_wblocked) {
+        if core::mem::take(&mut self.fused_flow).is_stopped_full() {
             self.events.insert(Events::WRITABLE);
         }
         if !self.state.is_synchronized() {

@@ -37,6 +37,7 @@ pub mod sack;
 pub mod seq;
 pub mod syncookie;
 
+pub mod fused_flow;
 mod fusion;
 mod info;
 mod input;
@@ -47,6 +48,7 @@ pub mod tcb;
 mod timers;
 
 pub use endpoint::{Endpoint, EndpointStats, ListenVerdict};
+pub use fused_flow::FusedFlow;
 pub use fusion::FuseRefusal;
 pub use info::{Chrono, ChronoState};
 pub use seq::SeqNum;

@@ -16,6 +16,7 @@
 
 use super::assembler::Assembler;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
+use super::fused_flow::FusedFlow;
 use super::info::{Chrono, InfoState};
 use super::prr::Prr;
 use super::rack::Rack;
@@ -396,9 +397,10 @@ pub struct Tcb {
     pub(super) fused: bool,
     /// May never be fused (simultaneous open, or unfused once: unfusing is permanent).
     pub(super) unfusable: bool,
-    /// A fused write could not move everything it was given: the next window
-    /// synchronisation that reopens enough space reports `WRITABLE`.
-    pub(super) fused_wblocked: bool,
+    /// Flow control of the direction this end writes while fused (`fused_flow.rs`): a
+    /// write that could not move everything stops it until the reader drains to the
+    /// low-water mark, which the next window synchronisation reports as `WRITABLE`.
+    pub(super) fused_flow: FusedFlow,
 
     pub(super) events: Events,
     pub(super) error: Option<TcpError>,
@@ -548,7 +550,7 @@ impl Tcb {
             negative_advice: false,
             fused: false,
             unfusable: false,
-            fused_wblocked: false,
+            fused_flow: FusedFlow::default(),
             events: Events::default(),
             error: None,
             stats: TcbStats::default(),

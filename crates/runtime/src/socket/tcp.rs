@@ -15,7 +15,7 @@
 use super::shared::{ready, ConnShared, ListenerShared};
 use super::v4;
 use crate::squeue::{Mode, Squeue};
-use crate::stack::perim::Perim;
+use crate::stack::perimeter::TcpPerimeter;
 use crate::stack::{Stack, StackInner};
 use ember_core::tcp::cc::CcAlgorithm;
 use ember_core::tcp::{State, TcbInfo};
@@ -119,7 +119,7 @@ impl TcpStream {
         for _ in 0..16 {
             let local = st.ephemeral(src, remote, sq)?;
             let st2 = st.clone();
-            let r = st.squeues[sq].call(u64::MAX, move |p: &mut Perim| {
+            let r = st.squeues[sq].call(u64::MAX, move |p: &mut TcpPerimeter| {
                 p.connect(&st2, crate::clock::now(), local, remote, mtu, is_local)
             });
             match r {
@@ -159,7 +159,7 @@ impl TcpStream {
         })
     }
 
-    fn sq(&self) -> &Arc<Squeue<Perim>> {
+    fn sq(&self) -> &Arc<Squeue<TcpPerimeter>> {
         &self.st.squeues[self.sh.sq]
     }
 
@@ -184,11 +184,11 @@ impl TcpStream {
     /// Runs `f` in the connection's squeue.
     fn call<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Perim, &StackInner, ember_core::time::Instant) -> R + Send + 'static,
+        f: impl FnOnce(&mut TcpPerimeter, &StackInner, ember_core::time::Instant) -> R + Send + 'static,
     ) -> io::Result<R> {
         closing(&self.st)?;
         let st = self.st.clone();
-        Ok(self.sq().call(self.tag(), move |p: &mut Perim| {
+        Ok(self.sq().call(self.tag(), move |p: &mut TcpPerimeter| {
             f(p, &st, crate::clock::now())
         }))
     }
@@ -207,7 +207,7 @@ impl TcpStream {
         let key = self.sh.key;
         let st = &*self.st;
         match self.sq().try_process_spin(
-            |p: &mut Perim| p.recv(st, crate::clock::now(), key, buf, peek),
+            |p: &mut TcpPerimeter| p.recv(st, crate::clock::now(), key, buf, peek),
             spin,
         ) {
             Ok(r) => r,
@@ -231,7 +231,7 @@ impl TcpStream {
         let key = self.sh.key;
         let st = &*self.st;
         match self.sq().try_process_spin(
-            |p: &mut Perim| p.send(st, crate::clock::now(), key, data, oob),
+            |p: &mut TcpPerimeter| p.send(st, crate::clock::now(), key, data, oob),
             spin,
         ) {
             Ok(r) => r,
@@ -709,8 +709,8 @@ impl Drop for TcpStream {
         let o = self.opts();
         let abort = o.linger == Some(Duration::ZERO);
         let key = self.sh.key;
-        let close = move |p: &mut Perim| {
-            if let Some(st) = p.st.upgrade() {
+        let close = move |p: &mut TcpPerimeter| {
+            if let Some(st) = p.stack.upgrade() {
                 p.close(&st, crate::clock::now(), key, abort);
             }
         };
@@ -804,9 +804,11 @@ impl TcpListener {
             };
             if let Some(sh) = popped {
                 let key = sh.key;
-                self.st.squeues[sh.sq].enter(Mode::Process, key.as_u64(), move |p: &mut Perim| {
-                    p.accepted(key)
-                });
+                self.st.squeues[sh.sq].enter(
+                    Mode::Process,
+                    key.as_u64(),
+                    move |p: &mut TcpPerimeter| p.accepted(key),
+                );
                 let peer = SocketAddr::V4(sh.remote);
                 return Ok((
                     TcpStream {
@@ -894,8 +896,8 @@ impl Drop for TcpListener {
         drop(queued);
         for sq in &self.st.squeues {
             let l = self.l.clone();
-            sq.enter(Mode::Process, u64::MAX, move |p: &mut Perim| {
-                if let Some(st) = p.st.upgrade() {
+            sq.enter(Mode::Process, u64::MAX, move |p: &mut TcpPerimeter| {
+                if let Some(st) = p.stack.upgrade() {
                     p.listener_closed(&st, crate::clock::now(), &l);
                 }
             });

@@ -28,7 +28,7 @@
 //!   transmit hands the frame on synchronously) get frames at once: a queue in front of
 //!   them would only add a copy and a delay.
 //! * **TCP Small Queues.** Every frame a connection has in a fair queue is counted on the
-//!   connection ([`Conn::tsq_bytes`](super::perim::Conn)); TCP may add new data only
+//!   connection ([`Connection::tsq_bytes`](super::perimeter::Connection)); TCP may add new data only
 //!   while that stays under about 1 ms at the link rate or two of its segments
 //!   (`tcp_tsq_us`), so a bulk sender keeps its backlog in its own send buffer, not in
 //!   front of everyone else's packets. Credit returns when a frame leaves for the device
