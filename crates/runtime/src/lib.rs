@@ -35,6 +35,9 @@
 // squeue has none, by design: it is built from `sync`'s safe wrappers.
 #![deny(unsafe_code)]
 
+#[macro_use]
+mod counters;
+
 #[cfg(not(loom))]
 pub mod classifier;
 pub mod clock;

@@ -166,20 +166,21 @@ pub struct SqStats {
     pub drain_ns: AtomicU64,
 }
 
-/// A snapshot of [`SqStats`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct SqCounters {
-    pub inline: u64,
-    pub queued: u64,
-    pub nested: u64,
-    pub drained_by_caller: u64,
-    pub drain_handoffs: u64,
-    pub worker_drains: u64,
-    pub wakeups: u64,
-    pub poll_switches: u64,
-    pub kicks_by_caller: u64,
-    pub drain_ns: u64,
-}
+counters!(
+    /// A snapshot of [`SqStats`] (the fields are documented there).
+    SqCounters {
+        inline => "squeue:inline",
+        queued => "squeue:queued",
+        nested => "squeue:nested",
+        drained_by_caller => "squeue:drained_by_caller",
+        drain_handoffs => "squeue:drain_handoffs",
+        worker_drains => "squeue:worker_drains",
+        wakeups => "squeue:wakeups",
+        poll_switches => "squeue:poll_switches",
+        kicks_by_caller => "squeue:kicks_by_caller",
+        drain_ns => "squeue:drain_ns",
+    }
+);
 
 impl SqStats {
     pub fn snapshot(&self) -> SqCounters {
@@ -196,21 +197,6 @@ impl SqStats {
             kicks_by_caller: g(&self.kicks_by_caller),
             drain_ns: g(&self.drain_ns),
         }
-    }
-}
-
-impl core::ops::AddAssign for SqCounters {
-    fn add_assign(&mut self, o: SqCounters) {
-        self.inline += o.inline;
-        self.queued += o.queued;
-        self.nested += o.nested;
-        self.drained_by_caller += o.drained_by_caller;
-        self.drain_handoffs += o.drain_handoffs;
-        self.worker_drains += o.worker_drains;
-        self.wakeups += o.wakeups;
-        self.poll_switches += o.poll_switches;
-        self.kicks_by_caller += o.kicks_by_caller;
-        self.drain_ns += o.drain_ns;
     }
 }
 

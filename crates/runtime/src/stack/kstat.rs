@@ -1,7 +1,7 @@
 //! Counters: every counter of the stack, summed over its squeues (`Stack::stats`), and
 //! their kstat names (`Stack::kstat`).
 //!
-//! The runtime's own counters are declared in tables ([`counters!`]), as the core's
+//! The runtime's own counters are declared in tables (`counters!`, `counters.rs`), as the core's
 //! MIB groups are (`ember_core::host::stats`): each field once, with its kstat name
 //! beside it, so a counter cannot be added without its name or summed in one place and
 //! forgotten in another.
@@ -11,33 +11,6 @@ use super::{Stack, TxStats};
 use crate::squeue::SqCounters;
 use ember_core::host::HostStats;
 use std::sync::atomic::Ordering;
-
-/// Declares a table of `u64` counters: the struct, its sum (`+=`), and its kstat
-/// `(module:name, value)` pairs in table order. A field with no name is kept and
-/// summed but not exported under a name of its own (it is folded into another
-/// module's counter by [`Stack::stats`]).
-macro_rules! counters {
-    ($(#[$doc:meta])* $name:ident {
-        $( $(#[$fdoc:meta])* $field:ident $(=> $kname:literal)?, )*
-    }) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct $name { $( $(#[$fdoc])* pub $field: u64, )* }
-
-        impl core::ops::AddAssign for $name {
-            fn add_assign(&mut self, o: $name) {
-                $( self.$field += o.$field; )*
-            }
-        }
-
-        impl $name {
-            /// `(module:name, value)` pairs of its named counters, in table order.
-            pub fn kstat(&self) -> Vec<(&'static str, u64)> {
-                vec![ $( $( ($kname, self.$field), )? )* ]
-            }
-        }
-    };
-}
 
 counters!(
     /// Fusion, loopback and classifier counters of one squeue's perimeter.
@@ -154,21 +127,12 @@ impl Stack {
                 .map(|(k, x)| (k.to_string(), *x))
         };
         v.extend(module("fusion"));
-        let q = &s.squeue;
-        for (k, x) in [
-            ("inline", q.inline),
-            ("queued", q.queued),
-            ("nested", q.nested),
-            ("drained_by_caller", q.drained_by_caller),
-            ("drain_handoffs", q.drain_handoffs),
-            ("worker_drains", q.worker_drains),
-            ("wakeups", q.wakeups),
-            ("poll_switches", q.poll_switches),
-            ("kicks_by_caller", q.kicks_by_caller),
-            ("drain_ns", q.drain_ns),
-        ] {
-            v.push((format!("squeue:{k}"), x));
-        }
+        v.extend(
+            s.squeue
+                .kstat()
+                .into_iter()
+                .map(|(k, x)| (k.to_string(), x)),
+        );
         let x = &s.tx;
         for (k, val) in [
             ("gso_splits", x.gso_splits),
@@ -209,5 +173,70 @@ impl Stack {
             }
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stack;
+
+    /// The runtime's kstat names and their order are what `ember kstat` users and
+    /// scripts read: declaring them in tables must not change them.
+    #[test]
+    fn runtime_kstat_names_in_order() {
+        let stack = Stack::loopback(1).expect("stack");
+        let names: Vec<String> = stack
+            .kstat()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| {
+                !["ip:", "icmp:", "udp:", "tcp:"]
+                    .iter()
+                    .any(|m| k.starts_with(m))
+            })
+            .collect();
+        let want = [
+            "fusion:tcp_fusion_flowctl",
+            "fusion:tcp_fusion_backenabled",
+            "fusion:tcp_fusion_urg",
+            "fusion:tcp_fusion_putnext",
+            "fusion:tcp_fusion_unfusable",
+            "fusion:tcp_fusion_aborted",
+            "fusion:tcp_fusion_unqualified",
+            "fusion:tcp_fusion_fused",
+            "fusion:tcp_fusion_fused_total",
+            "fusion:tcp_fusion_bytes",
+            "fusion:tcp_fusion_rrw_stops",
+            "squeue:inline",
+            "squeue:queued",
+            "squeue:nested",
+            "squeue:drained_by_caller",
+            "squeue:drain_handoffs",
+            "squeue:worker_drains",
+            "squeue:wakeups",
+            "squeue:poll_switches",
+            "squeue:kicks_by_caller",
+            "squeue:drain_ns",
+            "txq:gso_splits",
+            "txq:gso_segs",
+            "txq:gso_errors",
+            "txq:tso_sends",
+            "txq:direct",
+            "txq:dev_queue_waits",
+            "txq:tsq_throttles",
+            "txq:fq_enqueued",
+            "txq:fq_dequeued",
+            "txq:fq_drops_overlimit",
+            "txq:fq_codel_drops",
+            "txq:fq_new_flows",
+            "txq:fq_paced_waits",
+            "classifier:conns",
+            "classifier:cross_squeue",
+            "classifier:loopback_segs",
+            "classifier:loopback_requeued",
+            "classifier:filtered",
+        ];
+        assert_eq!(names, want);
+        stack.shutdown();
     }
 }

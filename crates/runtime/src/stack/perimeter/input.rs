@@ -241,25 +241,6 @@ impl TcpPerimeter {
         self.flush(stack, now, key);
     }
 
-    /// Starts taking in one device batch: connections flush at `end_batch`.
-    pub fn begin_batch(&mut self) {
-        self.batching = true;
-    }
-
-    /// Ends a device batch: every connection it touched sends what it has.
-    pub fn end_batch(&mut self, stack: &StackInner, now: Instant) {
-        self.batching = false;
-        let keys = std::mem::take(&mut self.touched);
-        for &k in &keys {
-            self.flush(stack, now, k);
-        }
-        let mut keys = keys;
-        keys.clear();
-        if self.touched.is_empty() {
-            self.touched = keys;
-        }
-    }
-
     /// A passive connection in SYN-RECEIVED joins this squeue, the classifier and its
     /// listener's SYN queue; `None` (dropped and counted) when the stack holds
     /// `tcp_max_conns`.

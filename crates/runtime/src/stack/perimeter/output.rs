@@ -70,6 +70,25 @@ impl TcpPerimeter {
         );
     }
 
+    /// Starts taking in one device batch: connections flush at `end_batch`.
+    pub fn begin_batch(&mut self) {
+        self.batching = true;
+    }
+
+    /// Ends a device batch: every connection it touched sends what it has.
+    pub fn end_batch(&mut self, stack: &StackInner, now: Instant) {
+        self.batching = false;
+        let keys = std::mem::take(&mut self.touched);
+        for &k in &keys {
+            self.flush(stack, now, k);
+        }
+        let mut keys = keys;
+        keys.clear();
+        if self.touched.is_empty() {
+            self.touched = keys;
+        }
+    }
+
     /// Sends what connection `key` has to send, then runs [`TcpPerimeter::after`].
     pub fn flush(&mut self, stack: &StackInner, now: Instant, key: Key) {
         self.sync_tx(stack);
