@@ -36,7 +36,7 @@ impl AsyncTcpStream {
         let s = TcpStream::connect_nonblocking(stack, addr)?;
         poll_fn(|cx| {
             s.shared()
-                .w
+                .waitable
                 .poll_ready(ready::CONNECTED | ready::ERROR | ready::HUP, cx)
         })
         .await;
@@ -74,7 +74,7 @@ impl AsyncRead for AsyncTcpStream {
                     match self
                         .inner
                         .shared()
-                        .w
+                        .waitable
                         .poll_ready(ready::READ | ready::ERROR | ready::HUP, cx)
                     {
                         Poll::Pending => return Poll::Pending,
@@ -100,7 +100,7 @@ impl AsyncWrite for AsyncTcpStream {
                     match self
                         .inner
                         .shared()
-                        .w
+                        .waitable
                         .poll_ready(ready::WRITE | ready::ERROR | ready::HUP, cx)
                     {
                         Poll::Pending => return Poll::Pending,
@@ -144,7 +144,7 @@ impl AsyncTcpListener {
                     match self
                         .inner
                         .shared()
-                        .w
+                        .waitable
                         .poll_ready(ready::ACCEPT | ready::HUP, cx)
                     {
                         Poll::Pending => return Poll::Pending,

@@ -36,11 +36,11 @@ enum Source {
 }
 
 impl Source {
-    fn w(&self) -> &Waitable {
+    fn waitable(&self) -> &Waitable {
         match self {
-            Source::Stream(s) => &s.w,
-            Source::Listener(l) => &l.w,
-            Source::Udp(u) => &u.w,
+            Source::Stream(s) => &s.waitable,
+            Source::Listener(l) => &l.waitable,
+            Source::Udp(u) => &u.waitable,
         }
     }
 }
@@ -90,7 +90,7 @@ impl Poller {
                 "token already registered",
             ));
         }
-        src.w().register(PollReg {
+        src.waitable().register(PollReg {
             poller: Arc::downgrade(&self.inner),
             interest,
         });
@@ -128,7 +128,7 @@ impl Poller {
         };
         let r = regs.swap_remove(i);
         let w: Weak<PollerInner> = Arc::downgrade(&self.inner);
-        r.src.w().deregister(&w);
+        r.src.waitable().deregister(&w);
         Ok(())
     }
 
@@ -142,7 +142,7 @@ impl Poller {
             {
                 let regs = self.regs.lock().unwrap_or_else(|e| e.into_inner());
                 for r in regs.iter() {
-                    let b = r.src.w().ready() & r.interest;
+                    let b = r.src.waitable().ready() & r.interest;
                     if b != 0 {
                         events.push(Event {
                             token: r.token,
@@ -181,7 +181,7 @@ impl Drop for Poller {
         let regs = self.regs.lock().unwrap_or_else(|e| e.into_inner());
         let w: Weak<PollerInner> = Arc::downgrade(&self.inner);
         for r in regs.iter() {
-            r.src.w().deregister(&w);
+            r.src.waitable().deregister(&w);
         }
     }
 }

@@ -322,7 +322,7 @@ pub struct ConnShared {
     pub key: Key,
     pub local: SocketAddrV4,
     pub remote: SocketAddrV4,
-    pub w: Waitable,
+    pub waitable: Waitable,
     pub(crate) opts: Mutex<SockOpts>,
     /// Bytes readable, as last published by the squeue (FIONREAD without entering it).
     pub rx_avail: AtomicU64,
@@ -335,7 +335,7 @@ pub struct ConnShared {
 #[cfg(not(loom))]
 impl crate::squeue::Deferred for ConnShared {
     fn run_deferred(&self) {
-        self.w.flush_pending();
+        self.waitable.flush_pending();
     }
 }
 
@@ -346,7 +346,7 @@ impl ConnShared {
             key,
             local,
             remote,
-            w: Waitable::default(),
+            waitable: Waitable::default(),
             opts: Mutex::new(SockOpts::default()),
             rx_avail: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -371,7 +371,7 @@ pub struct ListenerShared {
     /// TCP_MAXSEG set on the listener (0: not set): each connection it opens advertises
     /// and sends at most this, cookie SYN,ACKs included.
     pub user_mss: std::sync::atomic::AtomicU32,
-    pub w: Waitable,
+    pub waitable: Waitable,
     pub(crate) opts: Mutex<SockOpts>,
     pub closed: AtomicBool,
 }
@@ -385,7 +385,7 @@ impl ListenerShared {
             syn_q: std::sync::atomic::AtomicU32::new(0),
             cookie_at: std::sync::atomic::AtomicU64::new(0),
             user_mss: std::sync::atomic::AtomicU32::new(0),
-            w: Waitable::default(),
+            waitable: Waitable::default(),
             opts: Mutex::new(SockOpts::default()),
             closed: AtomicBool::new(false),
         })
@@ -404,7 +404,7 @@ impl ListenerShared {
         } else {
             0
         } | if closed { ready::HUP } else { 0 };
-        self.w.set(bits);
+        self.waitable.set(bits);
     }
 }
 

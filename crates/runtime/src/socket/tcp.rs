@@ -64,15 +64,15 @@ fn check_timeout(t: Option<Duration>) -> io::Result<()> {
 /// A TCP connection.
 pub struct TcpStream {
     st: Arc<StackInner>,
-    sh: Arc<ConnShared>,
+    shared: Arc<ConnShared>,
 }
 
 impl core::fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("TcpStream")
-            .field("local", &self.sh.local)
-            .field("peer", &self.sh.remote)
-            .field("squeue", &self.sh.sq)
+            .field("local", &self.shared.local)
+            .field("peer", &self.shared.remote)
+            .field("squeue", &self.shared.sq)
             .finish()
     }
 }
@@ -101,7 +101,7 @@ impl TcpStream {
     /// writable when established. `take_error` tells a failure.
     pub fn connect_nonblocking(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
         let s = Self::connect_start(stack, addr)?;
-        s.sh.opts.lock().nonblocking = true;
+        s.shared.opts.lock().nonblocking = true;
         Ok(s)
     }
 
@@ -123,7 +123,7 @@ impl TcpStream {
                 p.connect(&st2, crate::clock::now(), local, remote, mtu, is_local)
             });
             match r {
-                Ok(sh) => return Ok(TcpStream { st, sh }),
+                Ok(shared) => return Ok(TcpStream { st, shared }),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(e),
             }
@@ -136,7 +136,7 @@ impl TcpStream {
 
     fn finish_connect(&self, t: Option<Duration>) -> io::Result<()> {
         let spin = self.spin();
-        let got = self.sh.w.wait(
+        let got = self.shared.waitable.wait(
             ready::CONNECTED | ready::ERROR | ready::HUP,
             deadline(t),
             spin,
@@ -160,16 +160,16 @@ impl TcpStream {
     }
 
     fn sq(&self) -> &Arc<Squeue<TcpPerimeter>> {
-        &self.st.squeues[self.sh.sq]
+        &self.st.squeues[self.shared.sq]
     }
 
     fn tag(&self) -> u64 {
-        self.sh.key.as_u64()
+        self.shared.key.as_u64()
     }
 
     /// The socket's options (one lock, then a copy).
     fn opts(&self) -> super::SockOpts {
-        *self.sh.opts.lock()
+        *self.shared.opts.lock()
     }
 
     /// How long a waiting call busy-polls: `squeue_spin_us` plus SO_BUSY_POLL.
@@ -198,13 +198,13 @@ impl TcpStream {
         &self,
         f: impl FnOnce(&mut ember_core::tcp::Tcb, ember_core::time::Instant) -> R + Send + 'static,
     ) -> io::Result<R> {
-        let key = self.sh.key;
+        let key = self.shared.key;
         self.call(move |p, st, now| p.with_tcb(st, now, key, |t| f(t, now)))?
     }
 
     fn recv_once(&self, buf: &mut [u8], peek: bool, spin: Duration) -> io::Result<usize> {
         closing(&self.st)?;
-        let key = self.sh.key;
+        let key = self.shared.key;
         let st = &*self.st;
         match self.sq().try_process_spin(
             |p: &mut TcpPerimeter| p.recv(st, crate::clock::now(), key, buf, peek),
@@ -228,7 +228,7 @@ impl TcpStream {
 
     fn send_once(&self, data: &[u8], oob: bool, spin: Duration) -> io::Result<usize> {
         closing(&self.st)?;
-        let key = self.sh.key;
+        let key = self.shared.key;
         let st = &*self.st;
         match self.sq().try_process_spin(
             |p: &mut TcpPerimeter| p.send(st, crate::clock::now(), key, data, oob),
@@ -246,22 +246,23 @@ impl TcpStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        if self.sh.rd_shut.load(Ordering::SeqCst) {
+        if self.shared.rd_shut.load(Ordering::SeqCst) {
             return Ok(0);
         }
         let opts = self.opts();
         let spin = self.spin_with(&opts);
         let dl = deadline(opts.read_timeout);
         loop {
-            if self.sh.rd_shut.load(Ordering::SeqCst) {
+            if self.shared.rd_shut.load(Ordering::SeqCst) {
                 return Ok(0);
             }
             match self.recv_once(buf, peek, spin) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
-                    let got = self
-                        .sh
-                        .w
-                        .wait(ready::READ | ready::ERROR | ready::HUP, dl, spin);
+                    let got = self.shared.waitable.wait(
+                        ready::READ | ready::ERROR | ready::HUP,
+                        dl,
+                        spin,
+                    );
                     if got == 0 {
                         return Err(io::Error::new(io::ErrorKind::WouldBlock, "read timed out"));
                     }
@@ -273,7 +274,7 @@ impl TcpStream {
 
     /// The connection's state, or `NotConnected` once it is gone.
     fn tcb_state(&self) -> io::Result<State> {
-        let key = self.sh.key;
+        let key = self.shared.key;
         self.call(move |p, _, _| p.info(key).map(|(i, _)| i.state))?
             .ok_or_else(|| io::ErrorKind::NotConnected.into())
     }
@@ -282,7 +283,7 @@ impl TcpStream {
     /// connection that completed (CONNECTED is published for synchronized and closed
     /// states); otherwise the squeue is asked.
     fn connecting(&self) -> io::Result<bool> {
-        if self.sh.w.ready() & ready::CONNECTED != 0 {
+        if self.shared.waitable.ready() & ready::CONNECTED != 0 {
             return Ok(false);
         }
         Ok(matches!(
@@ -303,10 +304,10 @@ impl TcpStream {
             if opts.nonblocking {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let got = self
-                .sh
-                .w
-                .wait(ready::CONNECTED | ready::ERROR | ready::HUP, dl, spin);
+            let got =
+                self.shared
+                    .waitable
+                    .wait(ready::CONNECTED | ready::ERROR | ready::HUP, dl, spin);
             if got == 0 {
                 return Err(io::Error::new(io::ErrorKind::WouldBlock, "write timed out"));
             }
@@ -322,10 +323,11 @@ impl TcpStream {
         loop {
             match self.send_once(data, oob, spin) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !opts.nonblocking => {
-                    let got = self
-                        .sh
-                        .w
-                        .wait(ready::WRITE | ready::ERROR | ready::HUP, dl, spin);
+                    let got = self.shared.waitable.wait(
+                        ready::WRITE | ready::ERROR | ready::HUP,
+                        dl,
+                        spin,
+                    );
                     if got == 0 {
                         return Err(io::Error::new(io::ErrorKind::WouldBlock, "write timed out"));
                     }
@@ -356,10 +358,10 @@ impl TcpStream {
     pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
         use std::net::Shutdown::*;
         if matches!(how, Read | Both) {
-            self.sh.rd_shut.store(true, Ordering::SeqCst);
+            self.shared.rd_shut.store(true, Ordering::SeqCst);
             // Published from inside the squeue, like every other readiness change, so it
             // cannot race the squeue's own publication.
-            let key = self.sh.key;
+            let key = self.shared.key;
             let state = self.call(move |p, _, _| {
                 p.publish(key);
                 p.info(key).map(|(i, _)| i.state)
@@ -370,7 +372,7 @@ impl TcpStream {
             }
         }
         if matches!(how, Write | Both) {
-            let key = self.sh.key;
+            let key = self.shared.key;
             self.call(move |p, st, now| p.shutdown_write(st, now, key))??;
         }
         Ok(())
@@ -395,12 +397,12 @@ impl TcpStream {
 
     /// SO_LINGER: `Some(Duration::ZERO)` makes close reset the connection.
     pub fn set_linger(&self, l: Option<Duration>) -> io::Result<()> {
-        self.sh.opts.lock().linger = l;
+        self.shared.opts.lock().linger = l;
         Ok(())
     }
 
     pub fn linger(&self) -> io::Result<Option<Duration>> {
-        Ok(self.sh.opts.lock().linger)
+        Ok(self.shared.opts.lock().linger)
     }
 
     /// SO_KEEPALIVE.
@@ -503,54 +505,54 @@ impl TcpStream {
 
     /// O_NONBLOCK.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.sh.opts.lock().nonblocking = on;
+        self.shared.opts.lock().nonblocking = on;
         Ok(())
     }
 
     /// SO_RCVTIMEO (`None` = block forever; zero is refused, as std does).
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         check_timeout(t)?;
-        self.sh.opts.lock().read_timeout = t;
+        self.shared.opts.lock().read_timeout = t;
         Ok(())
     }
 
     /// SO_SNDTIMEO.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         check_timeout(t)?;
-        self.sh.opts.lock().write_timeout = t;
+        self.shared.opts.lock().write_timeout = t;
         Ok(())
     }
 
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.sh.opts.lock().read_timeout)
+        Ok(self.shared.opts.lock().read_timeout)
     }
 
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.sh.opts.lock().write_timeout)
+        Ok(self.shared.opts.lock().write_timeout)
     }
 
     /// SO_BUSY_POLL: spin this long (plus `squeue_spin_us`) before parking.
     pub fn set_busy_poll(&self, d: Duration) -> io::Result<()> {
-        self.sh.opts.lock().busy_poll = d.min(Duration::from_millis(100));
+        self.shared.opts.lock().busy_poll = d.min(Duration::from_millis(100));
         Ok(())
     }
 
     /// SO_ERROR: the pending error, cleared.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        let key = self.sh.key;
+        let key = self.shared.key;
         Ok(self
             .call(move |p, _, _| p.take_error(key))??
             .map(Into::into))
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.sh.local))
+        Ok(SocketAddr::V4(self.shared.local))
     }
 
     /// getpeername(2): `NotConnected` while the handshake is in progress and once the
     /// connection is closed (reset, or the stack shut down), as Linux's.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        let r = self.sh.w.ready();
+        let r = self.shared.waitable.ready();
         if r & ready::CONNECTED == 0
             || r & ready::HUP != 0
             || self.st.closing.load(Ordering::SeqCst)
@@ -561,12 +563,12 @@ impl TcpStream {
                 return Err(io::ErrorKind::NotConnected.into());
             }
         }
-        Ok(SocketAddr::V4(self.sh.remote))
+        Ok(SocketAddr::V4(self.shared.remote))
     }
 
     /// FIONREAD: bytes ready to read (as last published by the squeue).
     pub fn recv_available(&self) -> usize {
-        self.sh.rx_avail.load(Ordering::Relaxed) as usize
+        self.shared.rx_avail.load(Ordering::Relaxed) as usize
     }
 
     /// A `tcp_info`-like snapshot of the connection ([`TcbInfo`]): state, sequence
@@ -589,7 +591,7 @@ impl TcpStream {
     /// [`crate::clock::now`] (Linux's `tcpi_busy_time`, `tcpi_rwnd_limited`,
     /// `tcpi_sndbuf_limited`).
     pub fn tcp_info(&self) -> io::Result<TcbInfo> {
-        let key = self.sh.key;
+        let key = self.shared.key;
         self.call(move |p, _, _| p.info(key))?
             .map(|(i, _)| i)
             .ok_or_else(|| io::ErrorKind::NotConnected.into())
@@ -607,7 +609,7 @@ impl TcpStream {
 
     /// The squeue this connection is bound to.
     pub fn squeue(&self) -> usize {
-        self.sh.sq
+        self.shared.sq
     }
 
     /// sendfile(2): sends `len` bytes of `file` from `offset` (positional reads: the
@@ -640,11 +642,11 @@ impl TcpStream {
 
     /// The readiness word (for pollers and async adapters).
     pub fn readiness(&self) -> u32 {
-        self.sh.w.ready()
+        self.shared.waitable.ready()
     }
 
     pub(crate) fn shared(&self) -> &Arc<ConnShared> {
-        &self.sh
+        &self.shared
     }
 }
 
@@ -703,12 +705,12 @@ impl Write for &TcpStream {
 
 impl Drop for TcpStream {
     fn drop(&mut self) {
-        if self.sh.closed.swap(true, Ordering::SeqCst) {
+        if self.shared.closed.swap(true, Ordering::SeqCst) {
             return;
         }
         let o = self.opts();
         let abort = o.linger == Some(Duration::ZERO);
-        let key = self.sh.key;
+        let key = self.shared.key;
         let close = move |p: &mut TcpPerimeter| {
             if let Some(st) = p.stack.upgrade() {
                 p.close(&st, crate::clock::now(), key, abort);
@@ -802,18 +804,18 @@ impl TcpListener {
                 self.l.update_ready(q.len());
                 c
             };
-            if let Some(sh) = popped {
-                let key = sh.key;
-                self.st.squeues[sh.sq].enter(
+            if let Some(shared) = popped {
+                let key = shared.key;
+                self.st.squeues[shared.sq].enter(
                     Mode::Process,
                     key.as_u64(),
                     move |p: &mut TcpPerimeter| p.accepted(key),
                 );
-                let peer = SocketAddr::V4(sh.remote);
+                let peer = SocketAddr::V4(shared.remote);
                 return Ok((
                     TcpStream {
                         st: self.st.clone(),
-                        sh,
+                        shared,
                     },
                     peer,
                 ));
@@ -822,7 +824,7 @@ impl TcpListener {
             if opts.nonblocking {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let got = self.l.w.wait(
+            let got = self.l.waitable.wait(
                 ready::ACCEPT | ready::HUP,
                 deadline(opts.read_timeout),
                 Duration::ZERO,
@@ -880,7 +882,7 @@ impl TcpListener {
 
     /// The readiness word.
     pub fn readiness(&self) -> u32 {
-        self.l.w.ready()
+        self.l.waitable.ready()
     }
 
     pub(crate) fn shared(&self) -> &Arc<ListenerShared> {

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// Readiness of one UDP socket (shared with the IP layer's event dispatch).
 pub struct UdpShared {
     pub(crate) id: UdpId,
-    pub w: Waitable,
+    pub waitable: Waitable,
     nonblocking: AtomicBool,
     read_timeout: Mutex<Option<Duration>>,
 }
@@ -24,7 +24,7 @@ pub struct UdpShared {
 /// A UDP socket.
 pub struct UdpSocket {
     stack: Stack,
-    sh: Arc<UdpShared>,
+    shared: Arc<UdpShared>,
     local: SocketAddrV4,
     connected: Mutex<Option<SocketAddrV4>>,
 }
@@ -47,24 +47,24 @@ impl UdpSocket {
             let l = h.udp_local_addr(id).unwrap_or(local);
             Ok::<_, io::Error>((id, l))
         })?;
-        let sh = Arc::new(UdpShared {
+        let shared = Arc::new(UdpShared {
             id,
-            w: Waitable::default(),
+            waitable: Waitable::default(),
             nonblocking: AtomicBool::new(false),
             read_timeout: Mutex::new(None),
         });
-        sh.w.set(ready::WRITE);
-        stack.inner.register_udp(&sh);
+        shared.waitable.set(ready::WRITE);
+        stack.inner.register_udp(&shared);
         // A datagram that arrived before the registration raised nothing: check once.
-        let sh2 = sh.clone();
+        let shared2 = shared.clone();
         stack.with_ip(|h, _| {
             if h.udp_pending(id) > 0 {
-                sh2.w.raise(ready::READ);
+                shared2.waitable.raise(ready::READ);
             }
         });
         Ok(UdpSocket {
             stack: stack.clone(),
-            sh,
+            shared,
             local,
             connected: Mutex::new(None),
         })
@@ -78,7 +78,7 @@ impl UdpSocket {
     pub fn send_to(&self, data: &[u8], to: impl ToSocketAddrs) -> io::Result<usize> {
         self.stack.check_open()?;
         let to = v4(to)?;
-        let id = self.sh.id;
+        let id = self.shared.id;
         self.stack
             .with_ip(|h, tcp| h.udp_send_to(crate::clock::now(), id, to, data, tcp))
     }
@@ -100,14 +100,14 @@ impl UdpSocket {
 
     fn try_recv(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.stack.check_open()?;
-        let id = self.sh.id;
-        let sh = &self.sh;
+        let id = self.shared.id;
+        let shared = &self.shared;
         let d = self.stack.with_ip(|h, _| {
             let d = h.udp_recv_from(id);
             // Under the IP layer's lock, like the raise for a new datagram: the readiness
             // word always matches the queue.
             if h.udp_pending(id) == 0 {
-                sh.w.set(ready::WRITE);
+                shared.waitable.set(ready::WRITE);
             }
             d
         });
@@ -120,7 +120,7 @@ impl UdpSocket {
     /// Receives one datagram (truncated to `buf`), blocking unless non-blocking.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let timeout = *self
-            .sh
+            .shared
             .read_timeout
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -129,9 +129,14 @@ impl UdpSocket {
             match self.try_recv(buf) {
                 Err(e)
                     if e.kind() == io::ErrorKind::WouldBlock
-                        && !self.sh.nonblocking.load(Ordering::Relaxed) =>
+                        && !self.shared.nonblocking.load(Ordering::Relaxed) =>
                 {
-                    if self.sh.w.wait(ready::READ, deadline, Duration::ZERO) == 0 {
+                    if self
+                        .shared
+                        .waitable
+                        .wait(ready::READ, deadline, Duration::ZERO)
+                        == 0
+                    {
                         return Err(io::Error::new(io::ErrorKind::WouldBlock, "timed out"));
                     }
                 }
@@ -152,7 +157,7 @@ impl UdpSocket {
     }
 
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.sh.nonblocking.store(on, Ordering::Relaxed);
+        self.shared.nonblocking.store(on, Ordering::Relaxed);
         Ok(())
     }
 
@@ -164,7 +169,7 @@ impl UdpSocket {
             ));
         }
         *self
-            .sh
+            .shared
             .read_timeout
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = t;
@@ -173,18 +178,18 @@ impl UdpSocket {
 
     /// IP_TOS.
     pub fn set_tos(&self, tos: u8) -> io::Result<()> {
-        let id = self.sh.id;
+        let id = self.shared.id;
         self.stack.with_ip(|h, _| h.udp_set_tos(id, tos))
     }
 
     pub(crate) fn shared(&self) -> &Arc<UdpShared> {
-        &self.sh
+        &self.shared
     }
 }
 
 impl Drop for UdpSocket {
     fn drop(&mut self) {
-        let id = self.sh.id;
+        let id = self.shared.id;
         self.stack.inner.unregister_udp(id);
         self.stack.with_ip(|h, _| h.udp_close(id));
     }

@@ -84,7 +84,7 @@ impl StackInner {
                 .get(&id)
                 .and_then(std::sync::Weak::upgrade);
             if let Some(u) = u {
-                u.w.raise(crate::socket::ready::READ);
+                u.waitable.raise(crate::socket::ready::READ);
             }
         }
     }

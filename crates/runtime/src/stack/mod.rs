@@ -398,7 +398,8 @@ impl Stack {
         }
         // Wake whoever waits on a listener or a UDP socket: their next call fails.
         for l in self.inner.classifier.listeners() {
-            l.w.raise(crate::socket::ready::ACCEPT | crate::socket::ready::HUP);
+            l.waitable
+                .raise(crate::socket::ready::ACCEPT | crate::socket::ready::HUP);
         }
         let udp: Vec<_> = self
             .inner
@@ -409,7 +410,8 @@ impl Stack {
             .filter_map(std::sync::Weak::upgrade)
             .collect();
         for u in udp {
-            u.w.raise(crate::socket::ready::READ | crate::socket::ready::HUP);
+            u.waitable
+                .raise(crate::socket::ready::READ | crate::socket::ready::HUP);
         }
         let hs: Vec<_> = self
             .inner

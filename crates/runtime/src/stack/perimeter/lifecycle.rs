@@ -139,7 +139,7 @@ impl TcpPerimeter {
             .store(c.tcb.recv_available() as u64, Ordering::Relaxed);
         // Woken when this thread leaves the squeue, so that the woken thread finds it
         // free (see `squeue::defer`).
-        if c.shared.w.set_deferred(bits) {
+        if c.shared.waitable.set_deferred(bits) {
             crate::squeue::defer(c.shared.clone());
         }
     }
@@ -221,7 +221,9 @@ impl TcpPerimeter {
                 ConnLoc { sq: self.id, key },
             );
             self.gone.accumulate(c.tcb.stats());
-            c.shared.w.set(ready::READ | ready::WRITE | ready::HUP);
+            c.shared
+                .waitable
+                .set(ready::READ | ready::WRITE | ready::HUP);
         }
     }
 
