@@ -17,6 +17,7 @@
 use super::cc::CongestionControl;
 use super::seq::SeqNum;
 use super::tcb::{Outgoing, Recovery, Tcb, MAX_WINDOW};
+use super::timers::Timer;
 use super::State;
 use crate::time::Instant;
 use crate::wire::{SackBlock, TcpFlags};
@@ -343,7 +344,7 @@ impl Tcb {
             // A bare FIN needs one octet of window, like data (as Linux): with the window
             // closed it waits, and the persist timer probes (RFC 9293 §3.8.6.1) instead of
             // the retransmission timer counting a peer that answers as unresponsive.
-            if nothing_in_flight && self.persist_deadline.is_none() {
+            if nothing_in_flight && !self.timers.is_armed(Timer::Persist) {
                 self.arm_persist(now);
             }
             self.info_state.rwnd_blocked = true;
@@ -363,7 +364,7 @@ impl Tcb {
             // the persist timer overrides it (and probes a zero window).
             let sws_ok = len > 0 && len >= self.max_snd_wnd / 2;
             if !sws_ok && !force {
-                if nothing_in_flight && self.persist_deadline.is_none() {
+                if nothing_in_flight && !self.timers.is_armed(Timer::Persist) {
                     self.arm_persist(now);
                 }
                 self.info_state.rwnd_blocked = true;
@@ -378,7 +379,7 @@ impl Tcb {
         } else if len < mss && len == unsent && !fin_pending {
             // Everything buffered fits in one small segment: Nagle and cork.
             let corked = (self.cork || self.more)
-                && self.cork_deadline.is_some_and(|d| now < d)
+                && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
                 && !self.push_once;
             if corked {
                 return None;
@@ -418,11 +419,11 @@ impl Tcb {
             self.tx_quota = Some(q.saturating_sub(len));
         }
         if (self.cork || self.more) && len == unsent {
-            if self.cork_deadline.is_some_and(|d| now >= d) {
+            if self.timers.is_expired(Timer::Cork, now) {
                 // Released by the cork timer: a push (see `on_timeout`).
                 self.nopush_end = None;
             }
-            self.cork_deadline = None;
+            self.timers.stop(Timer::Cork);
         }
         if len == unsent {
             self.push_once = false;
@@ -467,7 +468,7 @@ impl Tcb {
         if tail > 0 && tail < mss && unsent <= hard {
             let fin_pending = self.fin_queued && !self.fin_sent();
             let corked = (self.cork || self.more)
-                && self.cork_deadline.is_some_and(|d| now < d)
+                && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
                 && !self.push_once;
             let nagle = !self.nodelay && tail < mss.min(self.set.naglim);
             if fin_pending || (!corked && !nagle) {
@@ -482,7 +483,7 @@ impl Tcb {
         let base = self.rtt.base_rto();
         let factor = 1u32 << self.persist_backoff.min(12);
         let t = base.saturating_mul(factor).min(self.set.rto_max);
-        self.persist_deadline = Some(now + t);
+        self.timers.set(Timer::Persist, now + t);
     }
 
     /// The window to advertise now, as the 16-bit field (RFC 7323 §2.3 scaling;
@@ -683,7 +684,7 @@ impl Tcb {
         } else {
             Some((self.iss + 1, now))
         };
-        self.rtx_deadline = Some(now + self.rtt.rto());
+        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
         self.ack_now = false;
         self.last_ack_sent = self.rcv_nxt;
         self.stats.segs_out += 1;
@@ -759,7 +760,7 @@ impl Tcb {
         // Every segment acknowledges everything received.
         self.last_ack_sent = self.rcv_nxt;
         self.ack_now = false;
-        self.delack_deadline = None;
+        self.timers.stop(Timer::DelayedAck);
         self.rcv_unacked_bytes = 0;
         self.stats.segs_out += u64::from(pieces);
         if matches!(kind, Kind::Data | Kind::Retransmit) {
@@ -792,10 +793,10 @@ impl Tcb {
                     self.stats.data_segs_out += u64::from(pieces);
                     self.last_data_sent = now;
                 }
-                if self.rtx_deadline.is_none() {
-                    self.rtx_deadline = Some(self.rtx_due(now));
+                if !self.timers.is_armed(Timer::Retransmit) {
+                    self.timers.set(Timer::Retransmit, self.rtx_due(now));
                 }
-                self.persist_deadline = None;
+                self.timers.stop(Timer::Persist);
                 // RACK records stay one piece each (RFC 8985 §6.1: per segment).
                 let mut s = seq;
                 for _ in 1..pieces {
@@ -810,8 +811,8 @@ impl Tcb {
                 if self.rtx_series_start.is_none() {
                     self.rtx_series_start = Some(now);
                 }
-                if self.rtx_deadline.is_none() {
-                    self.rtx_deadline = Some(self.rtx_due(now));
+                if !self.timers.is_armed(Timer::Retransmit) {
+                    self.timers.set(Timer::Retransmit, self.rtx_due(now));
                 }
             }
             Kind::Probe => {
