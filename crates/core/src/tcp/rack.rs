@@ -38,6 +38,7 @@
 //! grown; nothing panics.
 
 use super::cc::{Cc, CongestionControl};
+use super::output::{Kind, Plan};
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb};
@@ -952,11 +953,11 @@ impl Tcb {
         }
     }
 
-    /// RFC 8985 §7.3: the loss probe to send now, as (seq, data length, FIN, is a
+    /// RFC 8985 §7.3: the loss probe to send now (one ordinary segment of new data or a
     /// retransmission). New data if any is available and the peer's window allows it
     /// (the congestion window does not apply), else the last segment again. Arms the
     /// RTO, not another PTO.
-    pub(super) fn plan_tlp(&mut self, now: Instant) -> Option<(SeqNum, u32, bool, bool)> {
+    pub(super) fn plan_tlp(&mut self, now: Instant) -> Option<Plan> {
         if !core::mem::take(&mut self.rack.tlp_pending) {
             return None;
         }
@@ -978,7 +979,7 @@ impl Tcb {
             let fin = self.fin_queued && len == unsent;
             self.rack.tlp_is_retrans = false;
             self.rack.tlp_end_seq = Some(self.snd_nxt + len + u32::from(fin));
-            (self.snd_nxt, len, fin, false)
+            Plan::segment(Kind::Data, self.snd_nxt, len, fin)
         } else {
             let (seq, span) = self.rack.last_segment(mss).unwrap_or_else(|| {
                 let span = self.snd_nxt.since(self.snd_una).min(mss);
@@ -1004,7 +1005,7 @@ impl Tcb {
             self.rack.tlp_is_retrans = true;
             self.rack.tlp_end_seq = Some(self.snd_nxt);
             self.rack.tlp_range = (seq, seq + data_len + u32::from(fin));
-            (seq, data_len, fin, true)
+            Plan::segment(Kind::Retransmit, seq, data_len, fin)
         };
         self.stats.tlp_probes += 1;
         self.timers.stop(Timer::TailLossProbe);
