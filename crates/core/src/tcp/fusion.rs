@@ -54,6 +54,7 @@ use super::cc::CongestionControl;
 use super::fused_flow::FusedFlow;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb, MAX_WINDOW, MAX_WSCALE};
+use super::timers::Timer;
 use super::{Events, State, TcpError};
 use crate::time::Instant;
 use core::fmt;
@@ -388,7 +389,7 @@ impl Tcb {
         self.ack_now = false;
         self.dsack = None;
         self.rcv_unacked_bytes = 0;
-        self.delack_deadline = None;
+        self.timers.stop(Timer::DelayedAck);
         // Send side.
         if self.is_peer_of(peer) {
             self.take_fused_window(peer.fused_edge());
@@ -400,15 +401,18 @@ impl Tcb {
         self.ts_rtt_floor = Some(self.ts_now(now));
         self.cc.on_idle_restart(now);
         // Timers: all idle; output arms retransmission, persist and cork as needed.
-        self.rtx_deadline = None;
+        self.timers.stop(Timer::Retransmit);
         self.rtx_series_start = None;
-        self.persist_deadline = None;
+        self.timers.stop(Timer::Persist);
         self.persist_backoff = 0;
-        self.cork_deadline = None;
+        self.timers.stop(Timer::Cork);
         self.probe_pending = false;
         self.last_rcv = now;
         self.keepalive_sent = 0;
-        self.keepalive_deadline = self.keepalive.then(|| now + self.set.keepalive_idle);
+        self.timers.set_or_stop(
+            Timer::Keepalive,
+            self.keepalive.then(|| now + self.set.keepalive_idle),
+        );
     }
 
     /// Unfuses both ends of a connection.
@@ -661,7 +665,7 @@ mod tests {
             assert!(r.rcv_adv >= r.rcv_nxt);
             assert!(r.rcv_buf.len() <= r.rcv_cap as usize);
             assert_eq!(w.poll_timeout(), None);
-            assert!(!w.ack_now && w.delack_deadline.is_none() && w.dsack.is_none());
+            assert!(!w.ack_now && !w.timers.is_armed(Timer::DelayedAck) && w.dsack.is_none());
             assert_eq!(w.info().rcv_wnd, w.rcv_adv.since(w.rcv_nxt));
             assert_eq!(r.info().rcv_wnd, w.info().snd_wnd);
             assert!(w.info().fused);

@@ -10,6 +10,7 @@
 use super::cc::{AckSample, CongestionControl};
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb, MAX_OWED_ACKS, QUICKACK_SEGMENTS};
+use super::timers::Timer;
 use super::{Events, State, TcpError};
 use crate::tcp::assembler::InsertOutcome;
 use crate::time::Instant;
@@ -130,7 +131,7 @@ impl Tcb {
             }
             self.ack_now = false;
             self.last_ack_sent = self.rcv_nxt;
-            self.delack_deadline = None;
+            self.timers.stop(Timer::DelayedAck);
             self.rcv_unacked_bytes = 0;
         }
         match self.state {
@@ -183,7 +184,7 @@ impl Tcb {
             // Our SYN is acknowledged: ESTABLISHED.
             self.snd_una = ack;
             self.take_rtt_sample(now, ack, seg);
-            self.rtx_deadline = None;
+            self.timers.stop(Timer::Retransmit);
             self.rtx_series_start = None;
             if self.syn_retransmitted {
                 self.rtt.syn_retransmitted_no_sample();
@@ -215,7 +216,8 @@ impl Tcb {
         self.quickack = QUICKACK_SEGMENTS;
         self.last_rcv_data = now;
         if self.keepalive {
-            self.keepalive_deadline = Some(now + self.set.keepalive_idle);
+            self.timers
+                .set(Timer::Keepalive, now + self.set.keepalive_idle);
         }
         if self.fin_queued {
             // shutdown() while the handshake was in progress.
@@ -309,7 +311,7 @@ impl Tcb {
                     self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
                     self.snd_wl1 = seq;
                     self.snd_wl2 = ack;
-                    self.rtx_deadline = None;
+                    self.timers.stop(Timer::Retransmit);
                     self.rtx_series_start = None;
                     self.establish(now);
                     self.ack_now = true;
@@ -342,7 +344,8 @@ impl Tcb {
         self.last_rcv = now;
         if self.keepalive && self.state.is_synchronized() {
             self.keepalive_sent = 0;
-            self.keepalive_deadline = Some(now + self.set.keepalive_idle);
+            self.timers
+                .set(Timer::Keepalive, now + self.set.keepalive_idle);
         }
 
         // Second: the RST bit (RFC 5961 §3.2).
@@ -462,7 +465,7 @@ impl Tcb {
                 if seq == self.rcv_nxt && seg_len == 0 {
                     // The bare ACK at RCV.NXT (e.g. the peer's ACK of our FIN, again):
                     // taken silently, and the 2 MSL wait starts over, as on Linux.
-                    self.state_deadline = Some(now + self.set.time_wait);
+                    self.timers.set(Timer::State, now + self.set.time_wait);
                 } else {
                     self.time_wait_answer(now, seg_len, true);
                 }
@@ -487,7 +490,7 @@ impl Tcb {
     /// over (the peer is still there).
     fn time_wait_answer(&mut self, now: Instant, seg_len: u32, restart: bool) {
         if restart {
-            self.state_deadline = Some(now + self.set.time_wait);
+            self.timers.set(Timer::State, now + self.set.time_wait);
         }
         if seg_len > 0 {
             self.ack_now = true;
@@ -590,7 +593,7 @@ impl Tcb {
             self.snd_wl2 = ack;
             self.max_snd_wnd = self.max_snd_wnd.max(wnd);
             if wnd > 0 {
-                self.persist_deadline = None;
+                self.timers.stop(Timer::Persist);
                 self.persist_backoff = 0;
             }
         }
@@ -634,7 +637,7 @@ impl Tcb {
                 State::FinWait1 => {
                     self.state = State::FinWait2;
                     if self.app_closed {
-                        self.state_deadline = Some(now + self.set.fin_wait_2);
+                        self.timers.set(Timer::State, now + self.set.fin_wait_2);
                     }
                 }
                 State::Closing => self.enter_time_wait(now),
@@ -680,11 +683,11 @@ impl Tcb {
         // outstanding was sent no earlier than now-ish: the unacknowledged-time clock of
         // R2 and the user timeout restarts (RFC 5482 counts from transmission).
         if self.snd_una == self.snd_nxt {
-            self.rtx_deadline = None;
+            self.timers.stop(Timer::Retransmit);
             self.rtx_series_start = None;
         } else {
             self.rtx_series_start = Some(now);
-            self.rtx_deadline = Some(self.rtx_due(now));
+            self.timers.set(Timer::Retransmit, self.rtx_due(now));
         }
 
         let mss = self.mss();
@@ -1018,8 +1021,8 @@ impl Tcb {
                     self.ack_now = true;
                 } else if self.rcv_unacked_bytes > self.rcv_mss {
                     self.ack_now = true;
-                } else if self.delack_deadline.is_none() {
-                    self.delack_deadline = Some(now + self.set.delack);
+                } else if !self.timers.is_armed(Timer::DelayedAck) {
+                    self.timers.set(Timer::DelayedAck, now + self.set.delack);
                 }
                 if beyond > 0 {
                     // The pieces beyond the window each drew an ACK of what the window
@@ -1077,7 +1080,7 @@ impl Tcb {
             self.ooo.clear();
             self.ooo_fin = None;
             self.ack_now = true;
-            self.delack_deadline = None;
+            self.timers.stop(Timer::DelayedAck);
             self.events.insert(Events::READABLE);
             match self.state {
                 State::Established => self.state = State::CloseWait,
@@ -1127,12 +1130,12 @@ impl Tcb {
     /// retransmitted FINs.
     pub(super) fn enter_time_wait(&mut self, now: Instant) {
         self.state = State::TimeWait;
-        self.rtx_deadline = None;
-        self.persist_deadline = None;
-        self.keepalive_deadline = None;
-        self.cork_deadline = None;
+        self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::Persist);
+        self.timers.stop(Timer::Keepalive);
+        self.timers.stop(Timer::Cork);
         self.probe_pending = false;
-        self.state_deadline = Some(now + self.set.time_wait);
+        self.timers.set(Timer::State, now + self.set.time_wait);
         self.events.insert(Events::READABLE);
     }
 }

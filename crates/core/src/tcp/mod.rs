@@ -45,7 +45,7 @@ mod output;
 mod prr;
 pub mod rack;
 pub mod tcb;
-mod timers;
+pub mod timers;
 
 pub use endpoint::{Endpoint, EndpointStats, ListenVerdict};
 pub use fused_flow::FusedFlow;
@@ -53,6 +53,7 @@ pub use fusion::FuseRefusal;
 pub use info::{Chrono, ChronoState};
 pub use seq::SeqNum;
 pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY};
+pub use timers::{Timer, TimerTable};
 
 use crate::params::Params;
 use crate::tcp::cc::CcAlgorithm;

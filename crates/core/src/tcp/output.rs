@@ -17,17 +17,56 @@
 use super::cc::CongestionControl;
 use super::seq::SeqNum;
 use super::tcb::{Outgoing, Recovery, Tcb, MAX_WINDOW};
+use super::timers::Timer;
 use super::State;
 use crate::time::Instant;
 use crate::wire::{SackBlock, TcpFlags};
 
-/// What kind of segment a plan describes.
+/// What kind of segment a [`Plan`] describes: it decides the bookkeeping `build` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
+    /// New data from SND.NXT (or a bare FIN): advances SND.NXT, is timed, arms the
+    /// retransmission timer.
     Data,
+    /// Data (or the FIN) sent before: Karn's rule, RACK's retransmission record.
     Retransmit,
+    /// A pure ACK.
     Ack,
+    /// A window probe or keepalive (an old sequence number, no data).
     Probe,
+}
+
+/// The segment a planner decided to send next, for [`Tcb::build`] to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Plan {
+    /// The sequence number of its first octet.
+    pub(super) seq: SeqNum,
+    /// Payload bytes, from the send buffer at `seq` (the FIN not counted).
+    pub(super) len: u32,
+    /// The FIN follows the payload.
+    pub(super) fin: bool,
+    pub(super) kind: Kind,
+    /// 0: one ordinary segment. Else a large segment (LSO) of `len` bytes, to be cut
+    /// into pieces of this many payload bytes (one MSS; see [`Tcb::plan_large`]).
+    pub(super) piece: u32,
+}
+
+impl Plan {
+    /// One ordinary segment.
+    pub(super) fn segment(kind: Kind, seq: SeqNum, len: u32, fin: bool) -> Plan {
+        Plan {
+            seq,
+            len,
+            fin,
+            kind,
+            piece: 0,
+        }
+    }
+
+    /// A pure ACK at `seq`.
+    fn ack(seq: SeqNum) -> Plan {
+        Plan::segment(Kind::Ack, seq, 0, false)
+    }
 }
 
 impl Tcb {
@@ -72,13 +111,13 @@ impl Tcb {
                 }
                 // SYN-RECEIVED: only ACKs (e.g. a challenge ACK) besides the SYN,ACK.
                 if self.ack_now {
-                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack, 0));
+                    return Some(self.build(now, Plan::ack(self.snd_nxt)));
                 }
                 return None;
             }
             State::TimeWait => {
                 if self.ack_now {
-                    return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack, 0));
+                    return Some(self.build(now, Plan::ack(self.snd_nxt)));
                 }
                 self.chrono_update(now);
                 return None;
@@ -91,28 +130,27 @@ impl Tcb {
             return Some(self.build_owed_ack(now, point));
         }
         // RFC 8985 §7.3: a tail loss probe (`rack.rs`).
-        if let Some((seq, len, fin, rtx)) = self.plan_tlp(now) {
-            let kind = if rtx { Kind::Retransmit } else { Kind::Data };
-            return Some(self.build(now, seq, len, fin, kind, 0));
+        if let Some(plan) = self.plan_tlp(now) {
+            return Some(self.build(now, plan));
         }
-        if let Some((seq, len, fin)) = self.plan_retransmission(false) {
-            return Some(self.build(now, seq, len, fin, Kind::Retransmit, 0));
+        if let Some(plan) = self.plan_retransmission(false) {
+            return Some(self.build(now, plan));
         }
-        if let Some((seq, len, fin, piece)) = self.plan_new_data(now) {
-            return Some(self.build(now, seq, len, fin, Kind::Data, piece));
+        if let Some(plan) = self.plan_new_data(now) {
+            return Some(self.build(now, plan));
         }
-        if let Some((seq, len, fin)) = self.plan_retransmission(true) {
-            return Some(self.build(now, seq, len, fin, Kind::Retransmit, 0));
+        if let Some(plan) = self.plan_retransmission(true) {
+            return Some(self.build(now, plan));
         }
         if self.probe_pending {
             self.probe_pending = false;
             // Linux-style probe: an old sequence number with no data, which the peer must
             // answer with an ACK carrying its current window.
             let seq = self.snd_una - 1;
-            return Some(self.build(now, seq, 0, false, Kind::Probe, 0));
+            return Some(self.build(now, Plan::segment(Kind::Probe, seq, 0, false)));
         }
         if self.ack_now || self.dsack.is_some() {
-            return Some(self.build(now, self.snd_nxt, 0, false, Kind::Ack, 0));
+            return Some(self.build(now, Plan::ack(self.snd_nxt)));
         }
         // Nothing more to send: the transmit burst is over.
         self.push_burst.1 = 0;
@@ -203,10 +241,10 @@ impl Tcb {
         n.min(hi.since(lo))
     }
 
-    /// A retransmission to send now, as (seq, data length, FIN). `rule3` selects RFC 6675
+    /// A retransmission to send now (one ordinary segment). `rule3` selects RFC 6675
     /// NextSeg() rule 3 (unSACKed data that is not yet deemed lost), used only when no new
     /// data could be sent.
-    fn plan_retransmission(&mut self, rule3: bool) -> Option<(SeqNum, u32, bool)> {
+    fn plan_retransmission(&mut self, rule3: bool) -> Option<Plan> {
         if self.snd_una == self.snd_nxt {
             self.rtx_head = false;
             return None;
@@ -287,7 +325,7 @@ impl Tcb {
         }
         self.stats.retrans_segs += 1;
         self.stats.retrans_bytes += u64::from(data_len);
-        Some((seq, data_len, fin))
+        Some(Plan::segment(Kind::Retransmit, seq, data_len, fin))
     }
 
     /// The first unSACKed range in [from, to), up to one MSS.
@@ -314,10 +352,9 @@ impl Tcb {
         Some((s, to.since(s).min(mss)))
     }
 
-    /// New data to send, as (seq, data length, FIN, piece): piece is 0 for one ordinary
-    /// segment, else the payload of each piece of a large segment (LSO, see
+    /// New data to send from SND.NXT: one ordinary segment, or a large one (LSO, see
     /// [`Tcb::plan_large`]).
-    fn plan_new_data(&mut self, now: Instant) -> Option<(SeqNum, u32, bool, u32)> {
+    fn plan_new_data(&mut self, now: Instant) -> Option<Plan> {
         self.info_state.rwnd_blocked = false;
         let data_end = self.data_end();
         let unsent = data_end.since(self.snd_nxt);
@@ -343,7 +380,7 @@ impl Tcb {
             // A bare FIN needs one octet of window, like data (as Linux): with the window
             // closed it waits, and the persist timer probes (RFC 9293 §3.8.6.1) instead of
             // the retransmission timer counting a peer that answers as unresponsive.
-            if nothing_in_flight && self.persist_deadline.is_none() {
+            if nothing_in_flight && !self.timers.is_armed(Timer::Persist) {
                 self.arm_persist(now);
             }
             self.info_state.rwnd_blocked = true;
@@ -363,7 +400,7 @@ impl Tcb {
             // the persist timer overrides it (and probes a zero window).
             let sws_ok = len > 0 && len >= self.max_snd_wnd / 2;
             if !sws_ok && !force {
-                if nothing_in_flight && self.persist_deadline.is_none() {
+                if nothing_in_flight && !self.timers.is_armed(Timer::Persist) {
                     self.arm_persist(now);
                 }
                 self.info_state.rwnd_blocked = true;
@@ -378,7 +415,7 @@ impl Tcb {
         } else if len < mss && len == unsent && !fin_pending {
             // Everything buffered fits in one small segment: Nagle and cork.
             let corked = (self.cork || self.more)
-                && self.cork_deadline.is_some_and(|d| now < d)
+                && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
                 && !self.push_once;
             if corked {
                 return None;
@@ -418,17 +455,23 @@ impl Tcb {
             self.tx_quota = Some(q.saturating_sub(len));
         }
         if (self.cork || self.more) && len == unsent {
-            if self.cork_deadline.is_some_and(|d| now >= d) {
+            if self.timers.is_expired(Timer::Cork, now) {
                 // Released by the cork timer: a push (see `on_timeout`).
                 self.nopush_end = None;
             }
-            self.cork_deadline = None;
+            self.timers.stop(Timer::Cork);
         }
         if len == unsent {
             self.push_once = false;
         }
         self.probe_pending = self.probe_pending && !force;
-        Some((self.snd_nxt, len, fin, piece))
+        Some(Plan {
+            seq: self.snd_nxt,
+            len,
+            fin,
+            kind: Kind::Data,
+            piece,
+        })
     }
 
     /// The payload of a large segment (LSO) starting at SND.NXT whose first piece, a full
@@ -467,7 +510,7 @@ impl Tcb {
         if tail > 0 && tail < mss && unsent <= hard {
             let fin_pending = self.fin_queued && !self.fin_sent();
             let corked = (self.cork || self.more)
-                && self.cork_deadline.is_some_and(|d| now < d)
+                && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
                 && !self.push_once;
             let nagle = !self.nodelay && tail < mss.min(self.set.naglim);
             if fin_pending || (!corked && !nagle) {
@@ -482,7 +525,7 @@ impl Tcb {
         let base = self.rtt.base_rto();
         let factor = 1u32 << self.persist_backoff.min(12);
         let t = base.saturating_mul(factor).min(self.set.rto_max);
-        self.persist_deadline = Some(now + t);
+        self.timers.set(Timer::Persist, now + t);
     }
 
     /// The window to advertise now, as the 16-bit field (RFC 7323 §2.3 scaling;
@@ -683,7 +726,7 @@ impl Tcb {
         } else {
             Some((self.iss + 1, now))
         };
-        self.rtx_deadline = Some(now + self.rtt.rto());
+        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
         self.ack_now = false;
         self.last_ack_sent = self.rcv_nxt;
         self.stats.segs_out += 1;
@@ -694,16 +737,16 @@ impl Tcb {
         }
     }
 
-    /// Builds a segment in a synchronized state and updates the send-side bookkeeping.
-    fn build(
-        &mut self,
-        now: Instant,
-        seq: SeqNum,
-        len: u32,
-        fin: bool,
-        kind: Kind,
-        piece: u32,
-    ) -> Outgoing<'_> {
+    /// Builds the segment `plan` describes, in a synchronized state, and updates the
+    /// send-side bookkeeping.
+    fn build(&mut self, now: Instant, plan: Plan) -> Outgoing<'_> {
+        let Plan {
+            seq,
+            len,
+            fin,
+            kind,
+            piece,
+        } = plan;
         // A large segment (LSO) counts as the pieces it will be cut into: every counter,
         // RACK record and PSH rule below sees what one-MSS segments would have made.
         let pieces = if piece > 0 && len > piece {
@@ -759,7 +802,7 @@ impl Tcb {
         // Every segment acknowledges everything received.
         self.last_ack_sent = self.rcv_nxt;
         self.ack_now = false;
-        self.delack_deadline = None;
+        self.timers.stop(Timer::DelayedAck);
         self.rcv_unacked_bytes = 0;
         self.stats.segs_out += u64::from(pieces);
         if matches!(kind, Kind::Data | Kind::Retransmit) {
@@ -792,10 +835,10 @@ impl Tcb {
                     self.stats.data_segs_out += u64::from(pieces);
                     self.last_data_sent = now;
                 }
-                if self.rtx_deadline.is_none() {
-                    self.rtx_deadline = Some(self.rtx_due(now));
+                if !self.timers.is_armed(Timer::Retransmit) {
+                    self.timers.set(Timer::Retransmit, self.rtx_due(now));
                 }
-                self.persist_deadline = None;
+                self.timers.stop(Timer::Persist);
                 // RACK records stay one piece each (RFC 8985 §6.1: per segment).
                 let mut s = seq;
                 for _ in 1..pieces {
@@ -810,8 +853,8 @@ impl Tcb {
                 if self.rtx_series_start.is_none() {
                     self.rtx_series_start = Some(now);
                 }
-                if self.rtx_deadline.is_none() {
-                    self.rtx_deadline = Some(self.rtx_due(now));
+                if !self.timers.is_armed(Timer::Retransmit) {
+                    self.timers.set(Timer::Retransmit, self.rtx_due(now));
                 }
             }
             Kind::Probe => {
@@ -843,5 +886,99 @@ impl Tcb {
             payload,
             gso_size,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+    use crate::tcp::tcb::ConnSpec;
+    use crate::tcp::TcpSettings;
+    use core::time::Duration;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    const A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40_000);
+    const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+    const T0: Instant = Instant::from_secs(10);
+
+    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
+        ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(iss),
+            ts_offset: 0,
+            mtu: 1500,
+        }
+    }
+
+    /// Hands everything `from` sends at `now` to `to`.
+    fn pass(from: &mut Tcb, to: &mut Tcb, now: Instant) {
+        while let Some(o) = from.poll_transmit(now) {
+            let mut p = vec![0; o.payload_len()];
+            o.copy_payload(&mut p);
+            let r = o.repr;
+            to.on_segment(now, &r, &p);
+        }
+    }
+
+    /// A connected client, handshake over at T0 + 10 ms.
+    fn client() -> Tcb {
+        let set = TcpSettings::from_params(&Params::default());
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), set.clone());
+        let syn = a.poll_transmit(T0).expect("SYN").repr;
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), set, &syn);
+        let t1 = T0 + Duration::from_millis(10);
+        pass(&mut b, &mut a, t1);
+        pass(&mut a, &mut b, t1);
+        assert_eq!(a.state(), State::Established);
+        a
+    }
+
+    /// Each planner's `Plan` says what `build` then makes: new data from SND.NXT (one
+    /// segment, or a large one cut into MSS pieces), a retransmission of SND.UNA, a tail
+    /// loss probe resending the last segment.
+    #[test]
+    fn planners_describe_the_segment_built_from_them() {
+        let mut a = client();
+        let mss = a.mss();
+        let t = T0 + Duration::from_millis(20);
+        assert_eq!(a.send(t, &vec![7; 3 * mss as usize]), Ok(3 * mss as usize));
+        let nxt = a.snd_nxt;
+        let plan = a.plan_new_data(t).expect("new data");
+        assert_eq!(plan, Plan::segment(Kind::Data, nxt, mss, false));
+        let out = a.build(t, plan);
+        assert_eq!(
+            (SeqNum(out.repr.seq), out.payload_len()),
+            (nxt, mss as usize)
+        );
+        assert_eq!(out.gso_size, 0);
+        assert_eq!(a.snd_nxt, nxt + mss);
+
+        // Large segments: whole MSS pieces.
+        a.set_lso_max(64 * 1024);
+        let plan = a.plan_new_data(t).expect("large segment");
+        assert_eq!(
+            (plan.seq, plan.kind, plan.piece),
+            (nxt + mss, Kind::Data, mss)
+        );
+        assert_eq!(plan.len, 2 * mss);
+        let out = a.build(t, plan);
+        assert_eq!(out.payload_len(), 2 * mss as usize);
+        assert_eq!(u32::from(out.gso_size), mss);
+        assert_eq!(a.snd_nxt, nxt + 3 * mss);
+
+        // The first unacknowledged segment again (as after an RTO).
+        a.rtx_head = true;
+        let plan = a.plan_retransmission(false).expect("retransmission");
+        assert_eq!(plan, Plan::segment(Kind::Retransmit, nxt, mss, false));
+
+        // The loss probe, with no new data to send: the last segment again.
+        a.rack.tlp_pending = true;
+        let plan = a.plan_tlp(t).expect("probe");
+        assert_eq!(
+            plan,
+            Plan::segment(Kind::Retransmit, nxt + 2 * mss, mss, false)
+        );
     }
 }

@@ -38,9 +38,11 @@
 //! grown; nothing panics.
 
 use super::cc::{Cc, CongestionControl};
+use super::output::{Kind, Plan};
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb};
+use super::timers::Timer;
 use crate::time::Instant;
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -117,10 +119,6 @@ pub struct Rack {
     reo_wnd_mult: u32,
     reo_wnd_persist: u32,
     dsack_round: Option<SeqNum>,
-    /// The reorder timer (§6.3).
-    pub(super) reo_deadline: Option<Instant>,
-    /// The probe timeout (§7.2).
-    pub(super) pto_deadline: Option<Instant>,
     /// The PTO fired: output sends the probe.
     pub(super) tlp_pending: bool,
     /// TLP.end_seq: an episode is in progress (§7.4.1).
@@ -180,8 +178,6 @@ impl Rack {
             reo_wnd_mult: 1,
             reo_wnd_persist: 0,
             dsack_round: None,
-            reo_deadline: None,
-            pto_deadline: None,
             tlp_pending: false,
             tlp_end_seq: None,
             tlp_is_retrans: false,
@@ -677,7 +673,6 @@ impl Rack {
                 );
             }
         }
-        self.reo_deadline = None;
     }
 
     /// The first segment to retransmit: lost, not SACKed, no retransmission in flight;
@@ -879,7 +874,8 @@ impl Tcb {
             self.rtt.srtt(),
         );
         let (n, timeout) = self.rack.detect_loss(now, reo);
-        self.rack.reo_deadline = timeout.map(|t| now + t);
+        self.timers
+            .set_or_stop(Timer::RackReorder, timeout.map(|t| now + t));
         if n > 0 {
             self.stats.rack_losses += u64::from(n);
         }
@@ -891,7 +887,7 @@ impl Tcb {
             self.enter_fast_recovery(now, flight);
             // Seen by the next ACK's recovery-end check even if entered on this one.
             self.rack.was_in_recovery = true;
-            self.rack.pto_deadline = None;
+            self.timers.stop(Timer::TailLossProbe);
             self.rack.tlp_pending = false;
         }
     }
@@ -901,7 +897,7 @@ impl Tcb {
     /// worst-case delayed ACK with one segment in flight; 1 s without an RTT sample),
     /// never later than the RTO.
     pub(super) fn tlp_arm(&mut self, now: Instant) {
-        self.rack.pto_deadline = None;
+        self.timers.stop(Timer::TailLossProbe);
         let data_state = self.state.may_have_outstanding();
         if !self.tlp_active()
             || !data_state
@@ -924,42 +920,44 @@ impl Tcb {
         };
         // RFC 8985 §7.2: never later than the RTO would fire; the probe then goes out in
         // its place (and the RTO is rearmed from the probe, §7.3).
-        let at = match self.rtx_deadline {
+        let at = match self.timers.get(Timer::Retransmit) {
             Some(r) => (now + pto).min(r),
             None => now + pto,
         };
-        self.rack.pto_deadline = Some(at);
+        self.timers.set(Timer::TailLossProbe, at);
     }
 
-    /// The reorder timer and the PTO (run by `on_timeout`).
-    pub(super) fn rack_on_timeout(&mut self, now: Instant) {
-        let live = self.state.is_synchronized() && self.snd_una != self.snd_nxt;
-        if self.rack.reo_deadline.is_some_and(|t| now >= t) {
-            self.rack.reo_deadline = None;
-            if live && self.rack_active() {
-                // RFC 8985 §6.3: RACK_detect_loss_and_arm_timer().
-                self.rack_detect(now);
-            }
-        }
-        if self.rack.pto_deadline.is_some_and(|t| now >= t) {
-            self.rack.pto_deadline = None;
-            if live
-                && self.tlp_active()
-                && self.recovery == Recovery::Open
-                && self.rack.tlp_end_seq.is_none()
-            {
-                self.rack.tlp_pending = true;
-                // The probe replaces an RTO due now (§7.2); output rearms it (§7.3).
-                self.rtx_deadline = Some(self.rtx_due(now));
-            }
+    /// Data is outstanding on a synchronized connection: the RACK timers have work.
+    fn rack_timers_live(&self) -> bool {
+        self.state.is_synchronized() && self.snd_una != self.snd_nxt
+    }
+
+    /// The reorder timer expired (run by `on_timeout`).
+    pub(super) fn rack_on_reorder_timeout(&mut self, now: Instant) {
+        if self.rack_timers_live() && self.rack_active() {
+            // RFC 8985 §6.3: RACK_detect_loss_and_arm_timer().
+            self.rack_detect(now);
         }
     }
 
-    /// RFC 8985 §7.3: the loss probe to send now, as (seq, data length, FIN, is a
+    /// The probe timeout expired (run by `on_timeout`).
+    pub(super) fn rack_on_probe_timeout(&mut self, now: Instant) {
+        if self.rack_timers_live()
+            && self.tlp_active()
+            && self.recovery == Recovery::Open
+            && self.rack.tlp_end_seq.is_none()
+        {
+            self.rack.tlp_pending = true;
+            // The probe replaces an RTO due now (§7.2); output rearms it (§7.3).
+            self.timers.set(Timer::Retransmit, self.rtx_due(now));
+        }
+    }
+
+    /// RFC 8985 §7.3: the loss probe to send now (one ordinary segment of new data or a
     /// retransmission). New data if any is available and the peer's window allows it
     /// (the congestion window does not apply), else the last segment again. Arms the
     /// RTO, not another PTO.
-    pub(super) fn plan_tlp(&mut self, now: Instant) -> Option<(SeqNum, u32, bool, bool)> {
+    pub(super) fn plan_tlp(&mut self, now: Instant) -> Option<Plan> {
         if !core::mem::take(&mut self.rack.tlp_pending) {
             return None;
         }
@@ -981,7 +979,7 @@ impl Tcb {
             let fin = self.fin_queued && len == unsent;
             self.rack.tlp_is_retrans = false;
             self.rack.tlp_end_seq = Some(self.snd_nxt + len + u32::from(fin));
-            (self.snd_nxt, len, fin, false)
+            Plan::segment(Kind::Data, self.snd_nxt, len, fin)
         } else {
             let (seq, span) = self.rack.last_segment(mss).unwrap_or_else(|| {
                 let span = self.snd_nxt.since(self.snd_una).min(mss);
@@ -1007,12 +1005,12 @@ impl Tcb {
             self.rack.tlp_is_retrans = true;
             self.rack.tlp_end_seq = Some(self.snd_nxt);
             self.rack.tlp_range = (seq, seq + data_len + u32::from(fin));
-            (seq, data_len, fin, true)
+            Plan::segment(Kind::Retransmit, seq, data_len, fin)
         };
         self.stats.tlp_probes += 1;
-        self.rack.pto_deadline = None;
+        self.timers.stop(Timer::TailLossProbe);
         // RFC 8985 §7.3: after the probe, the RTO (from now) guards the connection.
-        self.rtx_deadline = Some(self.rtx_due(now));
+        self.timers.set(Timer::Retransmit, self.rtx_due(now));
         Some(plan)
     }
 
@@ -1050,8 +1048,9 @@ impl Tcb {
     /// the probe episode and both RACK timers end.
     pub(super) fn rack_on_rto(&mut self) {
         self.rack.mark_all_lost();
+        self.timers.stop(Timer::RackReorder);
         self.rack.drop_undo();
-        self.rack.pto_deadline = None;
+        self.timers.stop(Timer::TailLossProbe);
         self.rack.tlp_pending = false;
         self.rack.tlp_end_seq = None;
     }

@@ -33,6 +33,7 @@
 use super::isn::IsnGenerator;
 use super::seq::SeqNum;
 use super::tcb::{ConnSpec, Tcb};
+use super::timers::Timer;
 use super::TcpSettings;
 use crate::time::Instant;
 use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
@@ -296,7 +297,7 @@ impl Tcb {
         self.select_window(true);
         self.rtt_timed = None;
         self.rtx_series_start = Some(now);
-        self.rtx_deadline = Some(now + self.rtt.rto());
+        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
         self.ack_now = false;
         self.last_ack_sent = self.rcv_nxt;
     }

@@ -23,6 +23,7 @@ use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
+use super::timers::{Timer, TimerTable};
 use super::{Events, State, TcpError, TcpSettings};
 use crate::time::Instant;
 use crate::wire::{TcpFlags, TcpRepr};
@@ -341,17 +342,13 @@ pub struct Tcb {
     pub(super) rto_reduced: bool,
 
     // Timers.
-    pub(super) rtx_deadline: Option<Instant>,
+    /// Every timer's deadline (`timers.rs`).
+    pub(super) timers: TimerTable,
     /// When the current series of unanswered retransmissions began (for R2).
     pub(super) rtx_series_start: Option<Instant>,
-    pub(super) persist_deadline: Option<Instant>,
     pub(super) persist_backoff: u32,
     pub(super) probe_pending: bool,
-    pub(super) delack_deadline: Option<Instant>,
-    pub(super) keepalive_deadline: Option<Instant>,
     pub(super) keepalive_sent: u32,
-    pub(super) state_deadline: Option<Instant>,
-    pub(super) cork_deadline: Option<Instant>,
     pub(super) last_rcv: Instant,
     pub(super) last_invalid_ack: Option<Instant>,
     pub(super) syn_retransmitted: bool,
@@ -518,16 +515,11 @@ impl Tcb {
             tx_quota_blocked: false,
             flight_peak: (0, spec.iss),
             rto_reduced: false,
-            rtx_deadline: None,
+            timers: TimerTable::new(),
             rtx_series_start: None,
-            persist_deadline: None,
             persist_backoff: 0,
             probe_pending: false,
-            delack_deadline: None,
-            keepalive_deadline: None,
             keepalive_sent: 0,
-            state_deadline: None,
-            cork_deadline: None,
             last_rcv: now,
             last_invalid_ack: None,
             syn_retransmitted: false,
@@ -711,8 +703,8 @@ impl Tcb {
         if urgent {
             self.snd_up = Some(self.snd_buf_seq + self.snd_buf.len() as u32);
         }
-        if (self.cork || self.more) && self.cork_deadline.is_none() {
-            self.cork_deadline = Some(now + self.set.cork_interval);
+        if (self.cork || self.more) && !self.timers.is_armed(Timer::Cork) {
+            self.timers.set(Timer::Cork, now + self.set.cork_interval);
         }
         self.nopush_end = self
             .more
@@ -887,7 +879,7 @@ impl Tcb {
         self.rcv_buf.clear();
         let _ = self.shutdown_write(now);
         if self.state == State::FinWait2 {
-            self.state_deadline = Some(now + self.set.fin_wait_2);
+            self.timers.set(Timer::State, now + self.set.fin_wait_2);
         }
     }
 
@@ -939,13 +931,9 @@ impl Tcb {
         }
     }
 
+    /// Stops every timer (RACK's two as well) and forgets RACK's records.
     pub(super) fn clear_timers(&mut self) {
-        self.rtx_deadline = None;
-        self.persist_deadline = None;
-        self.delack_deadline = None;
-        self.keepalive_deadline = None;
-        self.state_deadline = None;
-        self.cork_deadline = None;
+        self.timers.stop_all();
         self.probe_pending = false;
         self.rack.clear();
     }
@@ -1017,14 +1005,14 @@ impl Tcb {
     /// `tcp_cork_interval`; the segment ending such a write carries no PSH.
     pub fn set_more(&mut self, now: Instant, on: bool) {
         self.more = on;
-        if on && self.send_unsent() > 0 && self.cork_deadline.is_none() {
-            self.cork_deadline = Some(now + self.set.cork_interval);
+        if on && self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
+            self.timers.set(Timer::Cork, now + self.set.cork_interval);
         }
         if !on {
             // The writer's data is complete: its end is a push point again.
             self.nopush_end = None;
             if !self.cork {
-                self.cork_deadline = None;
+                self.timers.stop(Timer::Cork);
             }
         }
     }
@@ -1037,11 +1025,11 @@ impl Tcb {
             // A new cork holds what comes next; an earlier TCP_NODELAY push that the
             // window has not let out yet does not carry over to it.
             self.push_once = false;
-            if self.send_unsent() > 0 && self.cork_deadline.is_none() {
-                self.cork_deadline = Some(now + self.set.cork_interval);
+            if self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
+                self.timers.set(Timer::Cork, now + self.set.cork_interval);
             }
         } else {
-            self.cork_deadline = None;
+            self.timers.stop(Timer::Cork);
         }
     }
 
@@ -1061,11 +1049,10 @@ impl Tcb {
     pub fn set_keepalive(&mut self, now: Instant, on: bool) {
         self.keepalive = on;
         self.keepalive_sent = 0;
-        self.keepalive_deadline = if on && self.state.is_synchronized() {
-            Some(now + self.set.keepalive_idle)
-        } else {
-            None
-        };
+        self.timers.set_or_stop(
+            Timer::Keepalive,
+            (on && self.state.is_synchronized()).then(|| now + self.set.keepalive_idle),
+        );
     }
 
     /// Keepalive timing (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) all at once; the
@@ -1085,7 +1072,10 @@ impl Tcb {
     pub fn set_keepalive_idle(&mut self, now: Instant, idle: Duration) {
         self.set.keepalive_idle = idle.max(Duration::from_millis(1));
         if self.keepalive && self.state.is_synchronized() {
-            self.keepalive_deadline = Some((self.last_rcv + self.set.keepalive_idle).max(now));
+            self.timers.set(
+                Timer::Keepalive,
+                (self.last_rcv + self.set.keepalive_idle).max(now),
+            );
         }
     }
 

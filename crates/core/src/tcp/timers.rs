@@ -1,7 +1,11 @@
 //! The timers of one connection (RFC 9293 §3.8): retransmission (RFC 6298), persist
 //! (§3.8.6.1), delayed ACK (§3.8.6.3), keepalive (§3.8.4), TIME-WAIT and the FIN-WAIT-2
-//! limit, and the TCP_CORK limit. Each is an optional deadline; [`Tcb::poll_timeout`]
-//! returns the earliest and [`Tcb::on_timeout`] runs every one that is due.
+//! limit, the TCP_CORK limit, and RACK-TLP's reorder timer and probe timeout (RFC 8985
+//! §6.3, §7.2). Each is an optional deadline in one [`TimerTable`] keyed by [`Timer`];
+//! [`Tcb::poll_timeout`] returns the earliest and [`Tcb::on_timeout`] runs every one
+//! that is due, in the fixed order of [`Timer::ALL`].
+
+use core::ops::ControlFlow;
 
 use super::cc::CongestionControl;
 use super::tcb::{Recovery, Tcb};
@@ -12,6 +16,137 @@ use crate::time::Instant;
 /// `tcp_orphan_retries`).
 const ORPHAN_PROBES: u32 = 8;
 
+/// One of a connection's timers.
+///
+/// The declaration order is the order in which [`Tcb::on_timeout`] runs the timers due
+/// at the same instant, and the order in which [`TimerTable::next`] breaks ties. It
+/// matters: a handler may stop or rearm a timer that runs after it (the probe timeout
+/// rearms the retransmission timer; a retransmission timeout stops the reorder timer),
+/// and the state timer's expiry closes the connection before anything else runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Timer {
+    /// TIME-WAIT's 2 MSL (RFC 9293 §3.6, `tcp_time_wait_interval`), or the limit on an
+    /// orphan's FIN-WAIT-2 (`tcp_fin_wait_2_flush_interval`).
+    State,
+    /// The delayed ACK (RFC 9293 §3.8.6.3, RFC 5681 §4.2).
+    DelayedAck,
+    /// The limit on a TCP_CORK or MSG_MORE hold (`tcp_cork_interval`).
+    Cork,
+    /// RACK's reorder timer (RFC 8985 §6.3).
+    RackReorder,
+    /// The tail loss probe's timeout, PTO (RFC 8985 §7.2).
+    TailLossProbe,
+    /// The retransmission timer (RFC 6298; RFC 9293 §3.8.1, §3.8.3).
+    Retransmit,
+    /// The persist timer, probing a zero window (RFC 9293 §3.8.6.1).
+    Persist,
+    /// Keepalive (RFC 9293 §3.8.4).
+    Keepalive,
+}
+
+impl Timer {
+    /// How many timers there are.
+    pub const COUNT: usize = 8;
+
+    /// Every timer, in firing order (the declaration order).
+    pub const ALL: [Timer; Timer::COUNT] = [
+        Timer::State,
+        Timer::DelayedAck,
+        Timer::Cork,
+        Timer::RackReorder,
+        Timer::TailLossProbe,
+        Timer::Retransmit,
+        Timer::Persist,
+        Timer::Keepalive,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A deadline, or none, for each [`Timer`] of a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimerTable {
+    at: [Option<Instant>; Timer::COUNT],
+}
+
+impl TimerTable {
+    /// A table with every timer stopped.
+    pub const fn new() -> TimerTable {
+        TimerTable {
+            at: [None; Timer::COUNT],
+        }
+    }
+
+    /// Arms `timer` for `at`, replacing any deadline it had.
+    pub fn set(&mut self, timer: Timer, at: Instant) {
+        self.at[timer.index()] = Some(at);
+    }
+
+    /// Arms `timer` for `at` if it is `Some`, else stops it.
+    pub fn set_or_stop(&mut self, timer: Timer, at: Option<Instant>) {
+        self.at[timer.index()] = at;
+    }
+
+    /// Stops `timer` (nothing if it is not armed).
+    pub fn stop(&mut self, timer: Timer) {
+        self.at[timer.index()] = None;
+    }
+
+    /// Stops every timer.
+    pub fn stop_all(&mut self) {
+        self.at = [None; Timer::COUNT];
+    }
+
+    /// `timer`'s deadline, if armed.
+    pub fn get(&self, timer: Timer) -> Option<Instant> {
+        self.at[timer.index()]
+    }
+
+    /// Whether `timer` is armed.
+    pub fn is_armed(&self, timer: Timer) -> bool {
+        self.at[timer.index()].is_some()
+    }
+
+    /// Whether `timer` is armed and due at `now` (its deadline is `now` or earlier).
+    pub fn is_expired(&self, timer: Timer, now: Instant) -> bool {
+        self.at[timer.index()].is_some_and(|t| now >= t)
+    }
+
+    /// If `timer` is due at `now`, stops it and returns true.
+    pub fn expire(&mut self, timer: Timer, now: Instant) -> bool {
+        let due = self.is_expired(timer, now);
+        if due {
+            self.stop(timer);
+        }
+        due
+    }
+
+    /// The earliest armed timer and its deadline; of several due at the same instant,
+    /// the first in firing order ([`Timer::ALL`]).
+    pub fn next(&self) -> Option<(Timer, Instant)> {
+        let mut best: Option<(Timer, Instant)> = None;
+        for timer in Timer::ALL {
+            if let Some(at) = self.get(timer) {
+                if best.is_none_or(|(_, b)| at < b) {
+                    best = Some((timer, at));
+                }
+            }
+        }
+        best
+    }
+
+    /// The timers due at `now`, in firing order: a snapshot, as the table is now.
+    /// ([`Tcb::on_timeout`] looks at each timer only when its turn comes, since the
+    /// handlers before it may have stopped or rearmed it.)
+    pub fn expired(&self, now: Instant) -> impl Iterator<Item = Timer> + '_ {
+        Timer::ALL
+            .into_iter()
+            .filter(move |&timer| self.is_expired(timer, now))
+    }
+}
+
 impl Tcb {
     /// The earliest instant at which [`Tcb::on_timeout`] has work to do. `None` while
     /// fused: a fused connection runs no timer at all (see `fusion.rs`).
@@ -19,74 +154,76 @@ impl Tcb {
         if self.fused {
             return None;
         }
-        [
-            self.rtx_deadline,
-            self.persist_deadline,
-            self.delack_deadline,
-            self.keepalive_deadline,
-            self.state_deadline,
-            self.cork_deadline,
-            self.rack.reo_deadline,
-            self.rack.pto_deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.timers.next().map(|(_, at)| at)
     }
 
-    /// Runs every timer that is due at `now`. Does nothing while fused.
+    /// The connection's timers (what [`Tcb::poll_timeout`] summarises; it alone counts
+    /// while fused).
+    pub fn timers(&self) -> &TimerTable {
+        &self.timers
+    }
+
+    /// Runs every timer that is due at `now`, in the order of [`Timer::ALL`]; each is
+    /// looked at only when its turn comes, after the handlers before it ran. Does
+    /// nothing while fused.
     pub fn on_timeout(&mut self, now: Instant) {
         if self.fused {
             return;
         }
-        if self.state_deadline.is_some_and(|t| now >= t) {
-            self.state_deadline = None;
-            match self.state {
+        for timer in Timer::ALL {
+            if self.timers.expire(timer, now) && self.on_timer(timer, now).is_break() {
+                return;
+            }
+        }
+    }
+
+    /// Runs `timer`, which expired at `now` (and is stopped). `Break`: the connection
+    /// closed, no later timer runs.
+    fn on_timer(&mut self, timer: Timer, now: Instant) -> ControlFlow<()> {
+        match timer {
+            Timer::State => match self.state {
                 // RFC 9293 §3.6: 2 MSL passed.
                 State::TimeWait => {
                     self.enter_closed();
-                    return;
+                    return ControlFlow::Break(());
                 }
                 // The application is gone and the peer never sent its FIN.
                 State::FinWait2 | State::FinWait1 | State::Closing | State::LastAck => {
                     self.enter_closed();
-                    return;
+                    return ControlFlow::Break(());
                 }
                 _ => {}
+            },
+            // RFC 9293 §3.8.6.3: the delayed ACK goes now.
+            Timer::DelayedAck => {
+                self.ack_now = true;
+                self.stats.acks_delayed += 1;
             }
-        }
-        if self.delack_deadline.is_some_and(|t| now >= t) {
-            self.delack_deadline = None;
-            self.ack_now = true;
-            self.stats.acks_delayed += 1;
-        }
-        if self.cork_deadline.is_some_and(|t| now >= t) {
             // The cork limit passed: output sends the held partial segment, pushed
             // (Linux's probe path marks PSH, MSG_MORE or not).
-            self.cork_deadline = None;
-            self.nopush_end = None;
-        }
-        // RFC 8985 §6.3 reorder timer and §7.2 probe timeout (`rack.rs`); a probe due
-        // with the RTO goes first and rearms it.
-        self.rack_on_timeout(now);
-        if self.rtx_deadline.is_some_and(|t| now >= t) {
-            self.rtx_deadline = None;
-            self.on_retransmit_timeout(now);
-            if self.state == State::Closed {
-                return;
+            Timer::Cork => self.nopush_end = None,
+            // RFC 8985 §6.3 reorder timer and §7.2 probe timeout (`rack.rs`); a probe due
+            // with the RTO goes first and rearms it.
+            Timer::RackReorder => self.rack_on_reorder_timeout(now),
+            Timer::TailLossProbe => self.rack_on_probe_timeout(now),
+            // RFC 6298 §5.4-5.7, RFC 5681 §3.1.
+            Timer::Retransmit => {
+                self.on_retransmit_timeout(now);
+                if self.state == State::Closed {
+                    return ControlFlow::Break(());
+                }
             }
-        }
-        if self.persist_deadline.is_some_and(|t| now >= t) {
-            self.persist_deadline = None;
-            self.on_persist_timeout(now);
-            if self.state == State::Closed {
-                return;
+            // RFC 9293 §3.8.6.1.
+            Timer::Persist => {
+                self.on_persist_timeout(now);
+                if self.state == State::Closed {
+                    return ControlFlow::Break(());
+                }
             }
+            // RFC 9293 §3.8.4.
+            Timer::Keepalive => self.on_keepalive_timeout(now),
         }
-        if self.keepalive_deadline.is_some_and(|t| now >= t) {
-            self.keepalive_deadline = None;
-            self.on_keepalive_timeout(now);
-        }
+        ControlFlow::Continue(())
     }
 
     /// When the retransmission timer should fire if armed at `now`: one RTO, but never
@@ -208,12 +345,14 @@ impl Tcb {
         }
         let idle = now.saturating_duration_since(self.last_rcv);
         if self.keepalive_sent == 0 && idle < self.set.keepalive_idle {
-            self.keepalive_deadline = Some(self.last_rcv + self.set.keepalive_idle);
+            self.timers
+                .set(Timer::Keepalive, self.last_rcv + self.set.keepalive_idle);
             return;
         }
         if self.snd_una != self.snd_nxt {
             // Data is outstanding: the retransmission timer watches the connection.
-            self.keepalive_deadline = Some(now + self.set.keepalive_idle);
+            self.timers
+                .set(Timer::Keepalive, now + self.set.keepalive_idle);
             return;
         }
         if self.keepalive_sent >= self.set.keepalive_probes {
@@ -232,6 +371,273 @@ impl Tcb {
         }
         self.keepalive_sent += 1;
         self.probe_pending = true;
-        self.keepalive_deadline = Some(now + self.set.keepalive_intvl);
+        self.timers
+            .set(Timer::Keepalive, now + self.set.keepalive_intvl);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+    use crate::tcp::seq::SeqNum;
+    use crate::tcp::tcb::ConnSpec;
+    use crate::tcp::{Events, TcpSettings};
+    use crate::wire::TcpRepr;
+    use core::time::Duration;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    const A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40_000);
+    const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+    const T0: Instant = Instant::from_secs(10);
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    #[test]
+    fn all_lists_every_timer_once_in_declaration_order() {
+        for (i, t) in Timer::ALL.into_iter().enumerate() {
+            assert_eq!(t.index(), i, "{t:?}");
+        }
+        let mut sorted = Timer::ALL;
+        sorted.sort();
+        assert_eq!(sorted, Timer::ALL);
+    }
+
+    #[test]
+    fn set_stop_get_and_is_armed() {
+        let mut t = TimerTable::new();
+        assert_eq!(t, TimerTable::default());
+        assert!(Timer::ALL
+            .into_iter()
+            .all(|x| !t.is_armed(x) && t.get(x).is_none()));
+        assert_eq!(t.next(), None);
+        t.set(Timer::Persist, at(5));
+        assert!(t.is_armed(Timer::Persist));
+        assert_eq!(t.get(Timer::Persist), Some(at(5)));
+        assert!(!t.is_armed(Timer::Keepalive), "only the one set");
+        // Setting again replaces the deadline, earlier or later.
+        t.set(Timer::Persist, at(9));
+        assert_eq!(t.get(Timer::Persist), Some(at(9)));
+        t.set(Timer::Persist, at(2));
+        assert_eq!(t.next(), Some((Timer::Persist, at(2))));
+        t.stop(Timer::Persist);
+        assert!(!t.is_armed(Timer::Persist));
+        t.stop(Timer::Persist);
+        assert_eq!(t.next(), None);
+        t.set_or_stop(Timer::Cork, Some(at(3)));
+        assert_eq!(t.get(Timer::Cork), Some(at(3)));
+        t.set_or_stop(Timer::Cork, None);
+        assert!(!t.is_armed(Timer::Cork));
+        for (i, x) in Timer::ALL.into_iter().enumerate() {
+            t.set(x, at(i as u64));
+        }
+        t.stop_all();
+        assert_eq!(t, TimerTable::new());
+    }
+
+    #[test]
+    fn next_is_the_earliest_and_a_tie_goes_to_the_first_in_firing_order() {
+        let mut t = TimerTable::new();
+        t.set(Timer::Keepalive, at(5));
+        t.set(Timer::State, at(7));
+        assert_eq!(t.next(), Some((Timer::Keepalive, at(5))));
+        t.set(Timer::Retransmit, at(3));
+        t.set(Timer::TailLossProbe, at(3));
+        assert_eq!(t.next(), Some((Timer::TailLossProbe, at(3))));
+        t.stop(Timer::TailLossProbe);
+        assert_eq!(t.next(), Some((Timer::Retransmit, at(3))));
+        t.set(Timer::DelayedAck, at(3));
+        assert_eq!(t.next(), Some((Timer::DelayedAck, at(3))));
+        // Every pair at the same instant, armed in either order: the earlier in ALL wins.
+        for (i, &a) in Timer::ALL.iter().enumerate() {
+            for &b in &Timer::ALL[i + 1..] {
+                for (first, second) in [(a, b), (b, a)] {
+                    let mut t = TimerTable::new();
+                    t.set(first, at(4));
+                    t.set(second, at(4));
+                    assert_eq!(t.next(), Some((a, at(4))), "{a:?} and {b:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn expired_yields_the_due_timers_in_firing_order() {
+        let mut t = TimerTable::new();
+        // Armed in reverse order, at assorted instants.
+        t.set(Timer::Keepalive, at(1));
+        t.set(Timer::Persist, at(20));
+        t.set(Timer::Retransmit, at(10));
+        t.set(Timer::TailLossProbe, at(10));
+        t.set(Timer::RackReorder, at(11));
+        t.set(Timer::DelayedAck, at(3));
+        t.set(Timer::State, at(10));
+        assert_eq!(t.expired(at(0)).count(), 0);
+        let due: Vec<Timer> = t.expired(at(10)).collect();
+        assert_eq!(
+            due,
+            [
+                Timer::State,
+                Timer::DelayedAck,
+                Timer::TailLossProbe,
+                Timer::Retransmit,
+                Timer::Keepalive
+            ],
+            "a deadline equal to now is due; later ones are not"
+        );
+        assert!(due.iter().all(|&x| t.is_expired(x, at(10))));
+        assert!(!t.is_expired(Timer::RackReorder, at(10)));
+        assert!(!t.is_expired(Timer::Cork, at(10)), "not armed");
+        // `expire` stops only a due timer.
+        assert!(!t.expire(Timer::Persist, at(10)));
+        assert_eq!(t.get(Timer::Persist), Some(at(20)));
+        assert!(t.expire(Timer::Keepalive, at(10)));
+        assert!(!t.is_armed(Timer::Keepalive));
+        assert!(!t.expire(Timer::Keepalive, at(10)), "once");
+        assert_eq!(t.expired(at(100)).count(), 6);
+    }
+
+    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
+        ConnSpec {
+            local,
+            remote,
+            iss: SeqNum(iss),
+            ts_offset: 0,
+            mtu: 1500,
+        }
+    }
+
+    type Seg = (TcpRepr, Vec<u8>);
+
+    fn drain(t: &mut Tcb, now: Instant) -> Vec<Seg> {
+        let mut v = Vec::new();
+        while let Some(o) = t.poll_transmit(now) {
+            let mut p = vec![0; o.payload_len()];
+            o.copy_payload(&mut p);
+            v.push((o.repr, p));
+            assert!(v.len() < 1000, "poll_transmit never ends");
+        }
+        v
+    }
+
+    fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
+        let mut out = Vec::new();
+        for (r, p) in segs {
+            t.on_segment(now, r, p);
+            out.extend(drain(t, now));
+        }
+        out
+    }
+
+    /// Two connected `Tcb`s (SACK and TLP on, the defaults), handshake over at T0 + 10 ms.
+    fn pair() -> (Tcb, Tcb) {
+        let set = TcpSettings::from_params(&Params::default());
+        let mut a = Tcb::connect(T0, spec(A, B, 1000), set.clone());
+        let syn = drain(&mut a, T0);
+        let mut b = Tcb::accept(T0, spec(B, A, 5000), set, &syn[0].0);
+        let synack = drain(&mut b, T0);
+        let t1 = T0 + Duration::from_millis(10);
+        let ack = feed(&mut a, t1, &synack);
+        feed(&mut b, t1, &ack);
+        assert_eq!(
+            (a.state(), b.state()),
+            (State::Established, State::Established)
+        );
+        assert!(a.sack_ok && a.set.tlp, "the test needs the probe timeout");
+        (a, b)
+    }
+
+    /// Every timer due at once on a connection with data outstanding: the delayed ACK
+    /// runs, the probe timeout runs before the retransmission timer and rearms it (so
+    /// no RTO happens: the probe goes in its place, RFC 8985 §7.2), and the persist
+    /// timer still runs after them. Run in another order, the RTO would fire first and
+    /// cancel the probe (`timeouts` 1, no probe).
+    #[test]
+    fn on_timeout_runs_the_due_timers_in_firing_order() {
+        let (mut a, _b) = pair();
+        let t = T0 + Duration::from_millis(20);
+        assert_eq!(a.send(t, &[7; 100]), Ok(100));
+        assert_eq!(drain(&mut a, t).len(), 1);
+        a.set_keepalive(t, true);
+        let due = t + Duration::from_millis(50);
+        for timer in Timer::ALL {
+            if timer != Timer::State {
+                a.timers.set(timer, due);
+            }
+        }
+        a.timers.set(Timer::State, due + Duration::from_secs(1));
+        // A snapshot of what is due now: everything but the state timer.
+        assert_eq!(a.timers().expired(due).count(), Timer::COUNT - 1);
+        a.on_timeout(due);
+        let st = a.stats();
+        assert_eq!(st.acks_delayed, 1, "the delayed ACK ran");
+        assert_eq!(st.timeouts, 0, "the probe replaced the RTO");
+        assert!(a.rack.tlp_pending, "the probe timeout ran");
+        assert_eq!(a.timers.get(Timer::Retransmit), Some(a.rtx_due(due)));
+        assert!(a.timers.get(Timer::Retransmit) > Some(due));
+        assert_eq!(a.persist_backoff, 1, "the persist timer ran");
+        assert!(a.probe_pending);
+        assert!(
+            a.timers.get(Timer::Persist) > Some(due),
+            "and rearmed itself"
+        );
+        assert!(
+            a.timers.get(Timer::Keepalive) > Some(due),
+            "keepalive rearmed"
+        );
+        assert!(!a.timers.is_armed(Timer::Cork) && !a.timers.is_armed(Timer::DelayedAck));
+        assert_eq!(
+            a.timers.get(Timer::State),
+            Some(due + Duration::from_secs(1))
+        );
+        assert_eq!(a.state(), State::Established);
+        let out = drain(&mut a, due);
+        assert_eq!(a.stats().tlp_probes, 1, "{out:?}");
+        assert_eq!(a.stats().timeouts, 0);
+    }
+
+    /// The state timer runs first: an orphan's FIN-WAIT-2 limit closes the connection
+    /// and no timer due with it runs (no delayed ACK counted, no window probe).
+    #[test]
+    fn the_state_timer_closes_before_any_other_timer_runs() {
+        let (mut a, mut b) = pair();
+        let t = T0 + Duration::from_millis(20);
+        a.close(t);
+        let fin = drain(&mut a, t);
+        let ack = feed(&mut b, t, &fin);
+        feed(&mut a, t, &ack);
+        assert_eq!(a.state(), State::FinWait2);
+        let due = a.timers.get(Timer::State).expect("FIN-WAIT-2 limit");
+        a.timers.set(Timer::DelayedAck, due);
+        a.timers.set(Timer::Persist, due);
+        a.take_events();
+        a.on_timeout(due);
+        assert_eq!(a.state(), State::Closed);
+        assert!(a.take_events().contains(Events::CLOSED));
+        assert_eq!(a.stats().acks_delayed, 0, "the delayed ACK did not run");
+        assert_eq!(a.persist_backoff, 0, "the persist timer did not run");
+        assert_eq!(a.poll_timeout(), None);
+    }
+
+    /// A retransmission timeout that gives up (TCP_USER_TIMEOUT, RFC 5482) closes the
+    /// connection before the persist timer due with it runs.
+    #[test]
+    fn a_fatal_retransmission_timeout_runs_before_the_persist_timer() {
+        let (mut a, _b) = pair();
+        a.set_user_timeout(Some(Duration::from_millis(50)));
+        let t = T0 + Duration::from_millis(20);
+        assert_eq!(a.send(t, &[7; 100]), Ok(100));
+        assert_eq!(drain(&mut a, t).len(), 1);
+        let due = t + Duration::from_millis(100);
+        a.timers.stop(Timer::TailLossProbe);
+        a.timers.set(Timer::Retransmit, due);
+        a.timers.set(Timer::Persist, due);
+        a.on_timeout(due);
+        assert_eq!(a.state(), State::Closed);
+        assert_eq!(a.error, Some(TcpError::TimedOut));
+        assert_eq!(a.persist_backoff, 0, "the persist timer did not run");
+        assert!(!a.probe_pending);
     }
 }
