@@ -490,3 +490,78 @@ fn loss_inside_merged_records_is_repaired_without_rto() {
     assert!(repaired);
     assert_eq!(o.tcb.stats().timeouts, 0, "needed an RTO");
 }
+
+/// Memory (issue 20): an established connection that has sent no data holds none of the
+/// state that matters only while data flows: RACK's per-segment records (RFC 8985 §5.2),
+/// the SACK scoreboard (RFC 6675 §3) and PRR's episode (RFC 9937 §6.1).
+#[test]
+fn established_connection_holds_no_loss_state() {
+    let (o, _) = sacky(TcpSettings::default());
+    assert!(o.tcb.info().sack);
+    assert_eq!(o.tcb.loss_state_allocated(), (false, false, false));
+    let mut pair = Pair::new(TcpSettings::default(), TcpSettings::default(), ms(20));
+    pair.run_for(ms(200));
+    assert_eq!(pair.a.state(), ember_core::tcp::State::Established);
+    assert!(pair.a.info().sack, "SACK negotiated");
+    assert_eq!(pair.a.loss_state_allocated(), (false, false, false));
+    assert_eq!(pair.b().loss_state_allocated(), (false, false, false));
+}
+
+/// Memory (issue 20): after a SACK loss recovery (RACK detects the loss, PRR paces the
+/// repair), once everything is acknowledged the connection drops RACK's records, the
+/// scoreboard and PRR's episode; the next data allocates the records again. Every byte
+/// arrives, in order, both times.
+#[test]
+fn loss_state_is_dropped_when_idle_and_allocated_again_when_data_flows() {
+    let mut pair = Pair::new(TcpSettings::default(), TcpSettings::default(), ms(20));
+    pair.run_for(ms(200));
+    // The first data segment at or beyond 5000 bytes is lost, once.
+    let mut dropped = false;
+    pair.filter = Box::new(move |_, dir, s| {
+        let off = s.seq().wrapping_sub(BASE);
+        if dir == Dir::AtoB && !dropped && !s.data.is_empty() && off >= 5000 {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    let data = pattern(100_000);
+    assert_eq!(pair.a.send(pair.now, &data).expect("send"), data.len());
+    let mut got = Vec::new();
+    let mut seen_all = false;
+    for _ in 0..2000 {
+        pair.run_for(ms(1));
+        got.extend(pair.read_b());
+        seen_all |= pair.a.loss_state_allocated() == (true, true, true);
+    }
+    assert_eq!(got, data);
+    let st = *pair.a.stats();
+    assert!(st.recoveries >= 1 && st.rack_losses >= 1, "{st:?}");
+    assert_eq!(st.timeouts, 0, "{st:?}");
+    assert!(
+        seen_all,
+        "records, scoreboard and PRR were in use during the recovery"
+    );
+    let info = pair.a.info();
+    assert!(!info.in_recovery && info.unacked == 0, "{info:?}");
+    assert_eq!(pair.a.loss_state_allocated(), (false, false, false));
+    assert_eq!(pair.b().loss_state_allocated(), (false, false, false));
+
+    // Data flows again: the records come back, and go once it is all acknowledged.
+    let more = pattern(30_000);
+    assert_eq!(pair.a.send(pair.now, &more).expect("send"), more.len());
+    pair.run_for(ms(1));
+    assert!(
+        pair.a.loss_state_allocated().0,
+        "records while data is in flight"
+    );
+    pair.run_for(ms(500));
+    assert_eq!(pair.read_b(), more);
+    assert_eq!(pair.a.info().unacked, 0);
+    assert_eq!(pair.a.loss_state_allocated(), (false, false, false));
+    assert_eq!(
+        pair.a.stats().recoveries,
+        st.recoveries,
+        "no loss the second time"
+    );
+}

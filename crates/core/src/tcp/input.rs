@@ -571,11 +571,13 @@ impl Tcb {
                 blocks[n] = (SeqNum(b.left), SeqNum(b.right));
                 n += 1;
             }
-            let d = self
-                .sb
-                .update(ack.max(self.snd_una), self.snd_nxt, &blocks[..n]);
+            let (una, nxt) = (ack.max(self.snd_una), self.snd_nxt);
+            let sb = self.sb.get_mut(self.set.sack_max_ranges as usize);
+            let forgotten = sb.forgotten();
+            let d = sb.update(una, nxt, &blocks[..n]);
             newly_sacked = d.newly_sacked;
-            self.stats.sack_ranges_forgotten = self.sb.forgotten();
+            // The scoreboard is dropped when idle: the statistic sums what each forgot.
+            self.stats.sack_ranges_forgotten += sb.forgotten() - forgotten;
             if d.dsack {
                 self.stats.dsacks_in += 1;
                 dsack = Some(blocks[0]);
@@ -627,6 +629,8 @@ impl Tcb {
                 .is_lost(self.snd_una, self.mss(), self.set.dupthresh)
         };
         self.prr_on_ack(delivered_data, acked > 0, new_loss);
+        // Idle again: RACK's records, the scoreboard and PRR's episode go.
+        self.release_idle_state();
 
         // Our FIN acknowledged?
         if self.fin_queued && self.snd_una == self.fin_seq() + 1 {

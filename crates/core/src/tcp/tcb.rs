@@ -20,7 +20,7 @@ use super::info::{Chrono, InfoState};
 use super::prr::Prr;
 use super::rack::Rack;
 use super::rtt::RttEstimator;
-use super::sack::Scoreboard;
+use super::sack::LazyScoreboard;
 use super::seq::SeqNum;
 use super::{Events, State, TcpError, TcpSettings};
 use crate::time::Instant;
@@ -308,7 +308,8 @@ pub struct Tcb {
     /// Our timestamp clock at the last retransmission timeout: echoes of older
     /// timestamps are not RTT samples (they may measure the timeout itself).
     pub(super) ts_rtt_floor: Option<u32>,
-    pub(super) sb: Scoreboard,
+    /// The SACK scoreboard (`sack.rs`), allocated at the first SACK block.
+    pub(super) sb: LazyScoreboard,
     /// RACK-TLP per-segment state and timers (`rack.rs`).
     pub(super) rack: Rack,
     /// Proportional Rate Reduction in SACK fast recovery (`prr.rs`).
@@ -438,7 +439,6 @@ impl Tcb {
         let cc = Cc::new(set.cc, mss, set.init_cwnd);
         let mut rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
         rtt.set_min_on_variance(set.rto_min_on_variance);
-        let sb = Scoreboard::new(set.sack_max_ranges as usize);
         let ooo = Assembler::new(
             rcv_cap as usize + (1 << MAX_WSCALE),
             set.reass_max_segs as usize,
@@ -498,7 +498,7 @@ impl Tcb {
             rtt,
             rtt_timed: None,
             ts_rtt_floor: None,
-            sb,
+            sb: LazyScoreboard::default(),
             rack: Rack::new(),
             prr: Prr::default(),
             recovery: Recovery::Open,
