@@ -998,10 +998,13 @@ impl Tcb {
                         self.stats.bytes_in += u64::from(moved);
                     }
                 }
-                if self.ooo_fin == Some(self.rcv_off) {
+                if self.ooo.fin() == Some(self.rcv_off) {
                     fin = true;
-                    self.ooo_fin = None;
+                    let limits = self.ooo_limits();
+                    self.ooo.set_fin(None, limits);
                 }
+                // Nothing held out of order any more: the store goes.
+                self.ooo.release_if_idle(self.rcv_off);
                 self.events.insert(Events::READABLE);
                 // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK at least every second full-sized
                 // segment, at once when a hole is filled, within the delayed-ACK timer
@@ -1049,7 +1052,8 @@ impl Tcb {
                 // RFC 2883 §4: the first run of the segment held already is its D-SACK
                 // (before the insertion merges it away).
                 let dup = self.ooo.first_overlap(off, off + data.len() as u64);
-                match self.ooo.insert(off, data) {
+                let limits = self.ooo_limits();
+                match self.ooo.insert(off, data, limits) {
                     InsertOutcome::Stored { .. } => {
                         self.note_sack_recent(off);
                         self.note_dsack(seq, off, dup);
@@ -1070,7 +1074,8 @@ impl Tcb {
                 }
             }
             if fin {
-                self.ooo_fin = Some(off + data.len() as u64);
+                let limits = self.ooo_limits();
+                self.ooo.set_fin(Some(off + data.len() as u64), limits);
             }
             self.ack_now = true;
             return;
@@ -1079,7 +1084,9 @@ impl Tcb {
             self.rcv_nxt += 1;
             self.fin_rcvd = true;
             self.ooo.clear();
-            self.ooo_fin = None;
+            let limits = self.ooo_limits();
+            self.ooo.set_fin(None, limits);
+            self.ooo.release_if_idle(self.rcv_off);
             self.ack_now = true;
             self.delack_deadline = None;
             self.events.insert(Events::READABLE);
@@ -1111,7 +1118,7 @@ impl Tcb {
     fn note_sack_recent(&mut self, off: u64) {
         let mut next = [Some(off), None, None, None];
         let mut k = 1;
-        for o in self.sack_recent.into_iter().flatten() {
+        for o in self.ooo.recent().into_iter().flatten() {
             if k == next.len() {
                 break;
             }
@@ -1124,7 +1131,8 @@ impl Tcb {
                 k += 1;
             }
         }
-        self.sack_recent = next;
+        let limits = self.ooo_limits();
+        self.ooo.set_recent(next, limits);
     }
 
     /// TIME-WAIT (RFC 9293 §3.6): wait 2 MSL (`tcp_time_wait_interval`), answering only

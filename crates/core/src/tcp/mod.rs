@@ -50,7 +50,9 @@ pub use endpoint::{Endpoint, EndpointStats, ListenVerdict};
 pub use fusion::FuseRefusal;
 pub use info::{Chrono, ChronoState};
 pub use seq::SeqNum;
-pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY};
+pub use tcb::{
+    LazyState, Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY,
+};
 
 use crate::params::Params;
 use crate::tcp::cc::CcAlgorithm;

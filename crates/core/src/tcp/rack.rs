@@ -500,9 +500,14 @@ impl Rack {
         self.flight.is_none()
     }
 
-    /// Whether the busy period's state is allocated (records, TLP episode).
-    pub fn flight_allocated(&self) -> bool {
-        self.flight.is_some()
+    /// What is allocated: (the busy period's state, the retransmission ring, the undo
+    /// snapshot).
+    pub fn allocated(&self) -> (bool, bool, bool) {
+        (
+            self.flight.is_some(),
+            self.rtx.is_some(),
+            self.undo.is_some(),
+        )
     }
 
     /// New data `[start, end)` sent at `now` (RFC 8985 §6.1: record the transmit time).
@@ -1256,16 +1261,6 @@ impl Tcb {
         self.rack.release_idle(self.snd_una);
         self.sb.release_if_empty();
         self.prr.release();
-    }
-
-    /// What of the state that matters only while data flows is allocated now: (RACK's
-    /// records, the SACK scoreboard, PRR's episode). For tests and memory accounting.
-    pub fn loss_state_allocated(&self) -> (bool, bool, bool) {
-        (
-            self.rack.flight_allocated(),
-            self.sb.is_allocated(),
-            self.prr.is_allocated(),
-        )
     }
 
     /// RACK-TLP's view of the connection: (segments deemed lost, reordering degree,
