@@ -1280,6 +1280,49 @@ fn out_of_order_segment_acked_at_once_with_sack() {
     assert_eq!(blocks(&a), vec![(off + 1000, off + 2000)]);
 }
 
+/// Memory (issue 20): the out-of-order store (RFC 9293 §3.10.7.4: segments beyond
+/// RCV.NXT "held for later processing"), with an out-of-order FIN and the SACK block
+/// order of RFC 2018 §4, is allocated by the first segment held and dropped once the
+/// holes are filled; the data reads back exactly, and the next hole allocates it again.
+#[test]
+fn out_of_order_store_is_dropped_once_the_holes_are_filled() {
+    let (mut o, mut p) = sacky(settings(|_| {}));
+    let off = spend_quickacks(&mut o, &mut p);
+    o.read_all();
+    assert!(!o.tcb.lazy_state().out_of_order);
+    let data = pattern(4000);
+    peer_send_at(&mut o, &p, off + 3000, &data[3000..]);
+    peer_send_at(&mut o, &p, off + 1000, &data[1000..2000]);
+    assert!(o.tcb.lazy_state().out_of_order);
+    let a = o.take_all().pop().expect("duplicate ACK");
+    assert_eq!(
+        blocks(&a),
+        vec![(off + 1000, off + 2000), (off + 3000, off + 4000)],
+        "the most recent block first (RFC 2018 §4)"
+    );
+    // The first hole filled: the second is still held.
+    peer_send(&mut o, &mut p, &data[..1000]);
+    assert!(o.tcb.lazy_state().out_of_order);
+    p.seq += 1000;
+    // The last hole filled: nothing held, the store goes.
+    peer_send_at(&mut o, &p, off + 2000, &data[2000..3000]);
+    p.seq += 2000;
+    assert!(!o.tcb.lazy_state().out_of_order);
+    let a = o.take_all().pop().expect("ACK");
+    assert_eq!(a.ack(), PBASE + off + 4000);
+    assert!(blocks(&a).is_empty());
+    assert_eq!(o.read_all(), data);
+    // A FIN out of order is held too, until the data before it arrives.
+    let mut fin = p.seg(TcpFlags::ACK | TcpFlags::FIN, 500);
+    fin.seq = PBASE + off + 4500;
+    o.input(&fin, &data[..500]);
+    assert!(o.tcb.lazy_state().out_of_order);
+    peer_send(&mut o, &mut p, &data[500..1000]);
+    assert!(!o.tcb.lazy_state().out_of_order);
+    assert_eq!(o.tcb.state(), State::CloseWait);
+    assert_eq!(o.read_all(), [&data[500..1000], &data[..500]].concat());
+}
+
 /// RFC 5681 §4.2: a segment that fills a hole is acknowledged at once.
 #[test]
 fn filling_a_hole_acked_at_once() {

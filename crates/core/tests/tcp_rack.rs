@@ -5,13 +5,15 @@
 mod common;
 use common::*;
 
-use ember_core::tcp::TcpSettings;
+use ember_core::tcp::{LazyState, State, TcpSettings};
 use ember_core::wire::TcpOptions;
 use std::time::Duration;
 
 const MSS: u32 = 1460;
 const BASE: u32 = CLIENT_ISS + 1;
 const RTT: Duration = Duration::from_millis(100);
+/// The most `size_of::<Tcb>()` may be on 64-bit targets (`tcb_stays_small`).
+const TCB_MAX: usize = 1_600;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -489,4 +491,100 @@ fn loss_inside_merged_records_is_repaired_without_rto() {
     }
     assert!(repaired);
     assert_eq!(o.tcb.stats().timeouts, 0, "needed an RTO");
+}
+
+/// Memory (issue 20): an established connection that has sent no data holds none of the
+/// state allocated on first use: RACK's per-segment records (RFC 8985 §5.2), the SACK
+/// scoreboard (RFC 6675 §3), PRR's episode (RFC 9937 §6.1), the out-of-order store, the
+/// chronographs.
+#[test]
+fn established_connection_holds_no_lazy_state() {
+    let (o, _) = sacky(TcpSettings::default());
+    assert!(o.tcb.info().sack);
+    assert_eq!(o.tcb.lazy_state(), LazyState::default());
+    let mut pair = Pair::new(TcpSettings::default(), TcpSettings::default(), ms(20));
+    pair.run_for(ms(200));
+    assert_eq!(pair.a.state(), State::Established);
+    assert!(pair.a.info().sack, "SACK negotiated");
+    assert_eq!(pair.a.lazy_state(), LazyState::default());
+    assert_eq!(pair.b().lazy_state(), LazyState::default());
+}
+
+/// Memory (issue 20): after a SACK loss recovery (RACK detects the loss, PRR paces the
+/// repair), once everything is acknowledged the sender drops RACK's records, the
+/// scoreboard and PRR's episode, and the receiver its out-of-order store; the next data
+/// allocates the records again. Every byte arrives, in order, both times.
+#[test]
+fn loss_state_is_dropped_when_idle_and_allocated_again_when_data_flows() {
+    let mut pair = Pair::new(TcpSettings::default(), TcpSettings::default(), ms(20));
+    pair.run_for(ms(200));
+    // The first data segment at or beyond 5000 bytes is lost, once.
+    let mut dropped = false;
+    pair.filter = Box::new(move |_, dir, s| {
+        let off = s.seq().wrapping_sub(BASE);
+        if dir == Dir::AtoB && !dropped && !s.data.is_empty() && off >= 5000 {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    let data = pattern(100_000);
+    assert_eq!(pair.a.send(pair.now, &data).expect("send"), data.len());
+    let mut got = Vec::new();
+    let (mut sender_all, mut receiver_ooo) = (false, false);
+    for _ in 0..2000 {
+        pair.run_for(ms(1));
+        got.extend(pair.read_b());
+        let l = pair.a.lazy_state();
+        sender_all |= l.rack_records && l.sack_scoreboard && l.prr_episode;
+        receiver_ooo |= pair.b().lazy_state().out_of_order;
+    }
+    assert_eq!(got, data);
+    let st = *pair.a.stats();
+    assert!(st.recoveries >= 1 && st.rack_losses >= 1, "{st:?}");
+    assert_eq!(st.timeouts, 0, "{st:?}");
+    assert!(
+        sender_all,
+        "records, scoreboard and PRR in use during the recovery"
+    );
+    assert!(receiver_ooo, "the receiver held data out of order");
+    let info = pair.a.info();
+    assert!(!info.in_recovery && info.unacked == 0, "{info:?}");
+    let idle = pair.a.lazy_state();
+    assert!(
+        !idle.rack_records && !idle.sack_scoreboard && !idle.prr_episode,
+        "{idle:?}"
+    );
+    assert!(
+        idle.rack_rtx_memory,
+        "the retransmission stays remembered (RFC 3708)"
+    );
+    assert!(!pair.b().lazy_state().out_of_order);
+
+    // Data flows again: the records come back, and go once it is all acknowledged.
+    let more = pattern(30_000);
+    assert_eq!(pair.a.send(pair.now, &more).expect("send"), more.len());
+    pair.run_for(ms(1));
+    assert!(
+        pair.a.lazy_state().rack_records,
+        "records while data is in flight"
+    );
+    pair.run_for(ms(500));
+    assert_eq!(pair.read_b(), more);
+    assert_eq!(pair.a.info().unacked, 0);
+    assert!(!pair.a.lazy_state().rack_records);
+    assert_eq!(
+        pair.a.stats().recoveries,
+        st.recoveries,
+        "no loss the second time"
+    );
+}
+
+/// Memory (issue 20): what every connection carries stays small (it was 2,024 bytes
+/// before the state used only while data flows was allocated on first use).
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn tcb_stays_small() {
+    let size = core::mem::size_of::<ember_core::tcp::Tcb>();
+    assert!(size <= TCB_MAX, "size_of::<Tcb>() = {size} > {TCB_MAX}");
 }

@@ -39,6 +39,124 @@ pub enum InsertOutcome {
     Full,
 }
 
+/// What an unallocated [`OutOfOrder`] reads as.
+static EMPTY: Assembler = Assembler {
+    pieces: BTreeMap::new(),
+    bytes: 0,
+    max_bytes: 0,
+    max_segments: 0,
+};
+
+/// A connection's out-of-order receive state, allocated on first use: the [`Assembler`]
+/// holding data above `RCV.NXT`, the stream offset of a FIN that arrived out of order,
+/// and the offsets of the most recently received out-of-order segments (the SACK block
+/// order of RFC 2018 §4). Until something is held it reads (through `Deref`) as an empty
+/// assembler; [`release_if_idle`](Self::release_if_idle) drops it once it holds nothing
+/// that can matter again. The bounds are the caller's (`limits` on the allocating
+/// calls), so that an unallocated one carries none: a connection that never received a
+/// segment out of order (every fused one) carries a null pointer.
+#[derive(Debug, Clone, Default)]
+pub struct OutOfOrder(Option<Box<Held>>);
+
+/// What [`OutOfOrder`] holds once allocated.
+#[derive(Debug, Clone)]
+struct Held {
+    asm: Assembler,
+    fin: Option<u64>,
+    recent: [Option<u64>; 4],
+}
+
+impl OutOfOrder {
+    /// The state, allocated now (with bounds `limits`: bytes, pieces) if it was not.
+    fn held(&mut self, limits: (usize, usize)) -> &mut Held {
+        self.0.get_or_insert_with(|| {
+            Box::new(Held {
+                asm: Assembler::new(limits.0, limits.1),
+                fin: None,
+                recent: [None; 4],
+            })
+        })
+    }
+
+    /// [`Assembler::insert`], allocating with bounds `limits` if needed.
+    pub fn insert(&mut self, offset: u64, data: &[u8], limits: (usize, usize)) -> InsertOutcome {
+        self.held(limits).asm.insert(offset, data)
+    }
+
+    /// [`Assembler::drain_into`]; nothing while unallocated.
+    pub fn drain_into(&mut self, next: u64, out: &mut VecDeque<u8>) -> usize {
+        self.0
+            .as_deref_mut()
+            .map_or(0, |h| h.asm.drain_into(next, out))
+    }
+
+    /// [`Assembler::clear`] (the FIN offset and the recent offsets stay).
+    pub fn clear(&mut self) {
+        if let Some(h) = self.0.as_deref_mut() {
+            h.asm.clear();
+        }
+    }
+
+    /// [`Assembler::set_limits`]; an unallocated one takes the caller's bounds when it is
+    /// allocated.
+    pub fn set_limits(&mut self, max_bytes: usize, max_segments: usize) {
+        if let Some(h) = self.0.as_deref_mut() {
+            h.asm.set_limits(max_bytes, max_segments);
+        }
+    }
+
+    /// The stream offset of a FIN that arrived out of order.
+    pub fn fin(&self) -> Option<u64> {
+        self.0.as_deref().and_then(|h| h.fin)
+    }
+
+    /// Sets the out-of-order FIN's offset (allocating with `limits` if needed).
+    pub fn set_fin(&mut self, fin: Option<u64>, limits: (usize, usize)) {
+        if fin.is_some() || self.0.is_some() {
+            self.held(limits).fin = fin;
+        }
+    }
+
+    /// The most recently received out-of-order offsets, most recent first.
+    pub fn recent(&self) -> [Option<u64>; 4] {
+        self.0.as_deref().map_or([None; 4], |h| h.recent)
+    }
+
+    /// Replaces the recent offsets (allocating with `limits` if needed).
+    pub fn set_recent(&mut self, recent: [Option<u64>; 4], limits: (usize, usize)) {
+        if recent.iter().any(Option::is_some) || self.0.is_some() {
+            self.held(limits).recent = recent;
+        }
+    }
+
+    /// Drops the state if nothing is held, no FIN is waiting and no recent offset lies
+    /// above `next` (the next in-order offset): data is held only above `next`, which
+    /// never decreases, so an offset at or below it never finds a range again and is as
+    /// good as none. Returns whether nothing is allocated now.
+    pub fn release_if_idle(&mut self, next: u64) -> bool {
+        let idle = self.0.as_deref().is_some_and(|h| {
+            h.asm.is_empty() && h.fin.is_none() && h.recent.iter().flatten().all(|&o| o <= next)
+        });
+        if idle {
+            self.0 = None;
+        }
+        self.0.is_none()
+    }
+
+    /// Whether the state is allocated.
+    pub fn is_allocated(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl core::ops::Deref for OutOfOrder {
+    type Target = Assembler;
+
+    fn deref(&self) -> &Assembler {
+        self.0.as_deref().map_or(&EMPTY, |h| &h.asm)
+    }
+}
+
 /// Bounded out-of-order segment store keyed by 64-bit stream offsets.
 #[derive(Debug, Clone)]
 pub struct Assembler {

@@ -138,7 +138,7 @@ impl Tcb {
         if self.rst_pending
             || self.rst_reply.is_some()
             || !self.ooo.is_empty()
-            || self.ooo_fin.is_some()
+            || self.ooo.fin().is_some()
         {
             return Err(FuseRefusal::PendingOutput);
         }

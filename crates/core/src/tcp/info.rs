@@ -112,7 +112,10 @@ impl Chrono {
 pub(super) struct InfoState {
     /// Segments delivered (acknowledged or SACKed), the SYN counted as one.
     pub(super) delivered: u64,
-    pub(super) chrono: Chrono,
+    /// The chronographs, allocated when the connection is first busy (a connection
+    /// that never sent data, e.g. every fused one, carries a null pointer; all-zero
+    /// chronographs read as such).
+    pub(super) chrono: Option<Box<Chrono>>,
     /// The application's last write did not fit in the send buffer; cleared when an
     /// ACK frees enough space to report the socket writable again.
     pub(super) snd_nospace: bool,
@@ -136,7 +139,16 @@ impl Tcb {
         } else {
             Some(ChronoState::Busy)
         };
-        self.info_state.chrono.set(now, next);
+        match (self.info_state.chrono.as_deref_mut(), next) {
+            // Idle and never busy: nothing to record (`Chrono::set` would change nothing).
+            (None, None) => {}
+            (Some(c), _) => c.set(now, next),
+            (None, Some(_)) => {
+                let mut c = Box::<Chrono>::default();
+                c.set(now, next);
+                self.info_state.chrono = Some(c);
+            }
+        }
     }
 
     /// Neither the congestion window nor the peer's window is full: a sender with

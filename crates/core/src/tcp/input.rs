@@ -574,11 +574,13 @@ impl Tcb {
                 blocks[n] = (SeqNum(b.left), SeqNum(b.right));
                 n += 1;
             }
-            let d = self
-                .sb
-                .update(ack.max(self.snd_una), self.snd_nxt, &blocks[..n]);
+            let (una, nxt) = (ack.max(self.snd_una), self.snd_nxt);
+            let sb = self.sb.get_mut(self.set.sack_max_ranges as usize);
+            let forgotten = sb.forgotten();
+            let d = sb.update(una, nxt, &blocks[..n]);
             newly_sacked = d.newly_sacked;
-            self.stats.sack_ranges_forgotten = self.sb.forgotten();
+            // The scoreboard is dropped when idle: the statistic sums what each forgot.
+            self.stats.sack_ranges_forgotten += sb.forgotten() - forgotten;
             if d.dsack {
                 self.stats.dsacks_in += 1;
                 dsack = Some(blocks[0]);
@@ -630,6 +632,8 @@ impl Tcb {
                 .is_lost(self.snd_una, self.mss(), self.set.dupthresh)
         };
         self.prr_on_ack(delivered_data, acked > 0, new_loss);
+        // Idle again: RACK's records, the scoreboard and PRR's episode go.
+        self.release_idle_state();
 
         // Our FIN acknowledged?
         if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
@@ -997,10 +1001,13 @@ impl Tcb {
                         self.stats.bytes_in += u64::from(moved);
                     }
                 }
-                if self.ooo_fin == Some(self.rcv_off) {
+                if self.ooo.fin() == Some(self.rcv_off) {
                     fin = true;
-                    self.ooo_fin = None;
+                    let limits = self.ooo_limits();
+                    self.ooo.set_fin(None, limits);
                 }
+                // Nothing held out of order any more: the store goes.
+                self.ooo.release_if_idle(self.rcv_off);
                 self.events.insert(Events::READABLE);
                 // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK at least every second full-sized
                 // segment, at once when a hole is filled, within the delayed-ACK timer
@@ -1048,7 +1055,8 @@ impl Tcb {
                 // RFC 2883 §4: the first run of the segment held already is its D-SACK
                 // (before the insertion merges it away).
                 let dup = self.ooo.first_overlap(off, off + data.len() as u64);
-                match self.ooo.insert(off, data) {
+                let limits = self.ooo_limits();
+                match self.ooo.insert(off, data, limits) {
                     InsertOutcome::Stored { .. } => {
                         self.note_sack_recent(off);
                         self.note_dsack(seq, off, dup);
@@ -1069,7 +1077,8 @@ impl Tcb {
                 }
             }
             if fin {
-                self.ooo_fin = Some(off + data.len() as u64);
+                let limits = self.ooo_limits();
+                self.ooo.set_fin(Some(off + data.len() as u64), limits);
             }
             self.ack_now = true;
             return;
@@ -1078,7 +1087,9 @@ impl Tcb {
             self.rcv_nxt += 1;
             self.fin_rcvd = true;
             self.ooo.clear();
-            self.ooo_fin = None;
+            let limits = self.ooo_limits();
+            self.ooo.set_fin(None, limits);
+            self.ooo.release_if_idle(self.rcv_off);
             self.ack_now = true;
             self.timers.stop(Timer::DelayedAck);
             self.events.insert(Events::READABLE);
@@ -1110,7 +1121,7 @@ impl Tcb {
     fn note_sack_recent(&mut self, off: u64) {
         let mut next = [Some(off), None, None, None];
         let mut k = 1;
-        for o in self.sack_recent.into_iter().flatten() {
+        for o in self.ooo.recent().into_iter().flatten() {
             if k == next.len() {
                 break;
             }
@@ -1123,7 +1134,8 @@ impl Tcb {
                 k += 1;
             }
         }
-        self.sack_recent = next;
+        let limits = self.ooo_limits();
+        self.ooo.set_recent(next, limits);
     }
 
     /// TIME-WAIT (RFC 9293 §3.6): wait 2 MSL (`tcp_time_wait_interval`), answering only

@@ -52,7 +52,9 @@ pub use fused_flow::FusedFlow;
 pub use fusion::FuseRefusal;
 pub use info::{Chrono, ChronoState};
 pub use seq::SeqNum;
-pub use tcb::{Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY};
+pub use tcb::{
+    LazyState, Outgoing, Tcb, TcbInfo, TcbStats, CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY,
+};
 pub use timers::{Timer, TimerTable};
 
 use crate::params::Params;

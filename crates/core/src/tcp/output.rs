@@ -609,7 +609,7 @@ impl Tcb {
                 u += 1;
             }
         }
-        for off in self.sack_recent.into_iter().flatten() {
+        for off in self.ooo.recent().into_iter().flatten() {
             if n == out.len() {
                 return n;
             }

@@ -27,14 +27,29 @@
 //! uses the pre-recovery cwnd as RecoverFS; ember follows the RFC in bytes (the two agree
 //! when the flight filled the window). Without SACK, ember keeps RFC 6582's inflated
 //! window.
+//!
+//! Memory: the episode's variables are read only during SACK fast recovery and all set
+//! when it starts (§6.1), so they are allocated then and dropped once the connection is
+//! idle again (`Tcb::release_idle_state`); a connection carries only a pointer and the
+//! per-ACK RecoverFS candidate.
 
 use super::cc::CongestionControl;
 use super::seq::SeqNum;
 use super::tcb::{Recovery, Tcb};
 
-/// PRR state of one fast recovery episode.
+/// PRR state of one connection: the current fast recovery episode's variables,
+/// allocated when it starts (`None`: no episode since the connection was last idle).
 #[derive(Debug, Clone, Default)]
 pub struct Prr {
+    episode: Option<Box<Episode>>,
+    /// For the ACK being processed: RecoverFS should it start recovery (outstanding
+    /// bytes less those SACKed, both before the ACK).
+    ack_fs: Option<u32>,
+}
+
+/// PRR state of one fast recovery episode (RFC 9937 §6.1).
+#[derive(Debug, Clone, Default)]
+struct Episode {
     /// RecoverFS (bytes).
     recover_fs: u32,
     /// prr_delivered: bytes delivered since recovery started.
@@ -43,9 +58,24 @@ pub struct Prr {
     out: u64,
     /// `cwnd = pipe + sndcnt` from the last ACK that delivered data.
     cwnd: u32,
-    /// For the ACK being processed: RecoverFS should it start recovery (outstanding
-    /// bytes less those SACKed, both before the ACK).
-    ack_fs: Option<u32>,
+}
+
+impl Prr {
+    /// The episode's variables (as at rest, all zero, if none was started).
+    fn episode(&mut self) -> &mut Episode {
+        self.episode.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the episode's variables (no SACK fast recovery is running: nothing reads
+    /// them before the next one sets them all).
+    pub(super) fn release(&mut self) {
+        self.episode = None;
+    }
+
+    /// Whether an episode's variables are allocated.
+    pub(super) fn is_allocated(&self) -> bool {
+        self.episode.is_some()
+    }
 }
 
 /// RFC 9937 §6.2: the bytes an ACK may release (`sndcnt`).
@@ -112,14 +142,15 @@ impl Tcb {
             .prr
             .ack_fs
             .unwrap_or_else(|| self.in_flight().saturating_sub(self.sb.sacked_bytes()));
-        self.prr = Prr {
+        let ep = Episode {
             recover_fs: fs,
             delivered: 0,
             out: 0,
             // Until an ACK delivers data: only the fast retransmit.
             cwnd: self.pipe().saturating_add(self.mss()),
-            ack_fs: None,
         };
+        self.prr.ack_fs = None;
+        *self.prr.episode() = ep;
     }
 
     /// RFC 9937 §6.2, after the ACK was processed (SND.UNA, SACK, loss marks, recovery
@@ -130,32 +161,37 @@ impl Tcb {
         if !self.prr_active() || delivered == 0 {
             return;
         }
-        self.prr.delivered = self.prr.delivered.saturating_add(u64::from(delivered));
         let pipe = self.pipe();
+        let (ssthresh, mss) = (self.cc.ssthresh(), self.mss());
+        let ep = self.prr.episode();
+        ep.delivered = ep.delivered.saturating_add(u64::from(delivered));
         let cnt = sndcnt(
-            self.prr.recover_fs,
-            self.cc.ssthresh(),
-            self.prr.delivered,
-            self.prr.out,
+            ep.recover_fs,
+            ssthresh,
+            ep.delivered,
+            ep.out,
             pipe,
             delivered,
             una_advanced && !new_loss,
-            self.mss(),
+            mss,
         );
-        self.prr.cwnd = pipe.saturating_add(cnt);
+        ep.cwnd = pipe.saturating_add(cnt);
     }
 
     /// Bytes output may send now under PRR (`cwnd - pipe`); `None` outside SACK fast
     /// recovery.
     pub(super) fn prr_allowance(&self) -> Option<u32> {
-        self.prr_active()
-            .then(|| self.prr.cwnd.saturating_sub(self.pipe()))
+        self.prr_active().then(|| {
+            let cwnd = self.prr.episode.as_deref().map_or(0, |e| e.cwnd);
+            cwnd.saturating_sub(self.pipe())
+        })
     }
 
     /// Output sent `[seq, end)` (data, retransmitted or new, FIN included).
     pub(super) fn prr_on_send(&mut self, seq: SeqNum, end: SeqNum) {
         if self.prr_active() && end > seq {
-            self.prr.out = self.prr.out.saturating_add(u64::from(end.since(seq)));
+            let ep = self.prr.episode();
+            ep.out = ep.out.saturating_add(u64::from(end.since(seq)));
             self.stats.prr_segs += 1;
         }
     }

@@ -36,6 +36,17 @@
 //! merges another pair of records in the same state to make room for its split;
 //! everything is O(records) at worst per ACK and allocation-free after the deque has
 //! grown; nothing panics.
+//!
+//! Memory: what only matters while data is outstanding (the records, RACK.xmit_ts,
+//! RACK.end_seq, RACK.fack, the DSACK round and the TLP episode: `Flight`) is
+//! allocated when the first segment is recorded and dropped once the connection is idle
+//! again (nothing outstanding, no recovery: `Tcb::release_idle_state` after every ACK;
+//! [`Rack::release_idle`] says why that changes no behaviour). The ring of recent
+//! retransmissions is allocated at the first retransmission and kept (a D-SACK may
+//! report one after everything was acknowledged), the undo snapshot lives while its
+//! episode may still be undone. What every connection carries is the two timers,
+//! RACK.rtt and the reordering state: a connection that never sent data (every fused
+//! one) allocates nothing here.
 
 use super::cc::{Cc, CongestionControl};
 use super::output::{Kind, Plan};
@@ -87,9 +98,14 @@ impl Seg {
     }
 }
 
-/// RACK-TLP state of one connection (RFC 8985 §5.2, §7).
+/// The part of RACK-TLP's state that matters only while data is outstanding: the
+/// per-segment records (RFC 8985 §5.2) with their running sums, RACK.xmit_ts,
+/// RACK.end_seq, RACK.fack, the DSACK round (§6.2 step 4) and the TLP episode (§7.4).
+/// Allocated when the first segment is recorded; dropped by [`Rack::release_idle`] once
+/// nothing is outstanding, the connection is not in recovery and what it holds no longer
+/// matters (a later allocation starts from values that behave the same).
 #[derive(Debug, Clone)]
-pub struct Rack {
+struct Flight {
     segs: VecDeque<Seg>,
     // Running sums over `segs`.
     b_total: u64,
@@ -107,58 +123,21 @@ pub struct Rack {
     /// RACK.xmit_ts / RACK.end_seq: the most recently sent delivered segment.
     xmit_ts: Option<Instant>,
     end_seq: SeqNum,
-    /// RACK.rtt.
-    rtt: Duration,
     /// RACK.fack: the highest sequence number delivered.
     fack: Option<SeqNum>,
-    /// The connection was in recovery at the last ACK (to count recoveries, §6.2 step 4).
-    was_in_recovery: bool,
-    reordering_seen: bool,
-    /// Reordering degree in segments (at least DupThresh), for `tcp_info`.
-    reordering: u32,
-    reo_wnd_mult: u32,
-    reo_wnd_persist: u32,
+    /// The DSACK round (§6.2 step 4): SND.NXT when the reordering window last grew.
     dsack_round: Option<SeqNum>,
-    /// The PTO fired: output sends the probe.
-    pub(super) tlp_pending: bool,
     /// TLP.end_seq: an episode is in progress (§7.4.1).
     tlp_end_seq: Option<SeqNum>,
     /// TLP.is_retrans.
     tlp_is_retrans: bool,
     /// The probe's own range, to match a DSACK for it.
     tlp_range: (SeqNum, SeqNum),
-    /// Recently retransmitted ranges (RFC 3708-style spurious detection by DSACK), and
-    /// whether each was sent during the episode `undo` belongs to.
-    /// A ring of at most RTX_MEMORY entries, allocated at the first retransmission (an
-    /// idle connection carries an empty `Vec`, not the array).
-    rtx_ranges: Vec<(SeqNum, SeqNum, bool)>,
-    rtx_next: usize,
-    /// Congestion control as it was before the last RACK-started recovery, and the
-    /// retransmissions of that episode not yet shown spurious by a DSACK, and SND.UNA
-    /// when it began (older DSACKs belong to earlier episodes). RFC 3708 detection; the
-    /// response restores the state, as RFC 4015 §3 does for Eifel.
-    /// Boxed: a whole controller's state, needed only during and just after a recovery
-    /// (an idle connection carries a null pointer, not the snapshot).
-    undo: Option<Box<(Cc, u32, SeqNum)>>,
-    /// When `undo` expires: one round trip after its recovery ended (a D-SACK later
-    /// than that no longer says anything about the episode's response).
-    undo_expiry: Option<Instant>,
 }
 
-impl Default for Rack {
-    fn default() -> Self {
-        Rack::new()
-    }
-}
-
-/// RFC 8985 §6.2: was segment (t1, s1) sent after segment (t2, s2)?
-fn sent_after(t1: Instant, s1: SeqNum, t2: Instant, s2: SeqNum) -> bool {
-    t1 > t2 || (t1 == t2 && s1 > s2)
-}
-
-impl Rack {
-    pub fn new() -> Rack {
-        Rack {
+impl Flight {
+    fn new() -> Flight {
+        Flight {
             segs: VecDeque::new(),
             b_total: 0,
             b_sacked: 0,
@@ -170,23 +149,28 @@ impl Rack {
             n_merged: 0,
             xmit_ts: None,
             end_seq: SeqNum(0),
-            rtt: Duration::ZERO,
             fack: None,
-            was_in_recovery: false,
-            reordering_seen: false,
-            reordering: 3,
-            reo_wnd_mult: 1,
-            reo_wnd_persist: 0,
             dsack_round: None,
-            tlp_pending: false,
             tlp_end_seq: None,
             tlp_is_retrans: false,
             tlp_range: (SeqNum(0), SeqNum(0)),
-            rtx_ranges: Vec::new(),
-            rtx_next: 0,
-            undo: None,
-            undo_expiry: None,
         }
+    }
+
+    /// Whether dropping this state changes nothing once the connection is idle with
+    /// SND.UNA = SND.NXT = `snd_una` (see [`Rack::release_idle`]).
+    fn idle(&self, snd_una: SeqNum) -> bool {
+        self.segs.is_empty()
+            && self.b_total == 0
+            && self.b_sacked == 0
+            && self.b_lost == 0
+            && self.b_rxt == 0
+            && self.n_sacked == 0
+            && self.n_lost == 0
+            && self.n_rxt == 0
+            && self.n_merged == 0
+            && self.tlp_end_seq.is_none()
+            && self.dsack_round.is_none_or(|r| snd_una >= r)
     }
 
     /// Adds (`add`) or removes a record's contribution to the running sums.
@@ -229,28 +213,8 @@ impl Rack {
         }
     }
 
-    /// Forgets every record (e.g. the connection closed).
-    pub fn clear(&mut self) {
-        *self = Rack {
-            reordering_seen: self.reordering_seen,
-            reordering: self.reordering,
-            ..Rack::new()
-        };
-    }
-
-    /// New data `[start, end)` sent at `now` (RFC 8985 §6.1: record the transmit time).
-    pub fn on_send(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
-        let mut start = start;
-        if let Some(last) = self.segs.back().copied() {
-            if start < last.end {
-                // Overlaps what was sent: that part is a retransmission.
-                self.on_retransmit(start, last.end.min(end), now);
-                start = last.end;
-            }
-        }
-        if end <= start {
-            return;
-        }
+    /// Records new data `[start, end)` sent at `now` (not overlapping what was sent).
+    fn push(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
         let seg = Seg {
             start,
             end,
@@ -363,14 +327,8 @@ impl Rack {
         }
     }
 
-    /// `[start, end)` was retransmitted at `now`: its records get the new transmit time
-    /// and a retransmission in flight (splitting records at the range's edges; at the
-    /// bound another pair of records is merged to make room, so bytes outside the range
-    /// are not marked, unless no pair can be merged).
-    pub fn on_retransmit(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
-        if end <= start {
-            return;
-        }
+    /// Marks `[start, end)` retransmitted at `now` (splitting records at its edges).
+    fn retransmitted(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
         let mut i = self.find(start);
         if self.segs.get(i).is_some_and(|s| s.start < start) {
             let (k, ok) = self.split_room(i, start);
@@ -395,13 +353,190 @@ impl Rack {
             );
             i += 1;
         }
-        let entry = (start, end, self.undo.is_some());
-        if self.rtx_ranges.len() < RTX_MEMORY {
-            self.rtx_ranges.push(entry);
-        } else {
-            self.rtx_ranges[self.rtx_next % RTX_MEMORY] = entry;
+    }
+}
+
+/// Recently retransmitted ranges, for DSACK-based spurious retransmission detection
+/// (RFC 3708): a ring of [`RTX_MEMORY`] entries `(start, end, sent during the undo
+/// episode)`, allocated at the first retransmission and kept (a DSACK for a
+/// retransmission may arrive after everything was acknowledged).
+#[derive(Debug, Clone)]
+struct RtxMemory {
+    ranges: [(SeqNum, SeqNum, bool); RTX_MEMORY],
+    /// Entries in use (the first `len`).
+    len: u8,
+    /// The entry the next retransmission overwrites once all are in use.
+    next: u8,
+}
+
+impl RtxMemory {
+    fn new() -> RtxMemory {
+        RtxMemory {
+            ranges: [(SeqNum(0), SeqNum(0), false); RTX_MEMORY],
+            len: 0,
+            next: 0,
         }
-        self.rtx_next = (self.rtx_next + 1) % RTX_MEMORY;
+    }
+
+    fn used(&mut self) -> &mut [(SeqNum, SeqNum, bool)] {
+        &mut self.ranges[..usize::from(self.len)]
+    }
+
+    fn push(&mut self, entry: (SeqNum, SeqNum, bool)) {
+        if usize::from(self.len) < RTX_MEMORY {
+            self.ranges[usize::from(self.len)] = entry;
+            self.len += 1;
+        } else {
+            self.ranges[usize::from(self.next) % RTX_MEMORY] = entry;
+        }
+        self.next = ((usize::from(self.next) + 1) % RTX_MEMORY) as u8;
+    }
+}
+
+/// Congestion control as it was before the last RACK-started recovery, the
+/// retransmissions of that episode not yet shown spurious by a DSACK, and SND.UNA when
+/// it began (older DSACKs belong to earlier episodes). RFC 3708 detection; the response
+/// restores the state, as RFC 4015 §3 does for Eifel.
+#[derive(Debug, Clone)]
+struct Undo {
+    cc: Cc,
+    retrans: u32,
+    floor: SeqNum,
+    /// When the snapshot expires: one round trip after its recovery ended (a D-SACK
+    /// later than that no longer says anything about the episode's response).
+    expiry: Option<Instant>,
+}
+
+/// RACK-TLP state of one connection (RFC 8985 §5.2, §7).
+///
+/// What every connection carries is small: the two timers, RACK.rtt, the reordering
+/// history (§6.2 step 3 and 4) and three pointers. The per-segment records and the
+/// per-busy-period variables (`Flight`) are allocated when the first segment is
+/// recorded and dropped when the connection is idle again ([`Rack::release_idle`]);
+/// the ring of recent retransmissions at the first retransmission; the undo snapshot
+/// while a recovery and the round trip after it last. A connection that never sent
+/// data (every fused one) allocates none of them.
+#[derive(Debug, Clone)]
+pub struct Rack {
+    /// Records and the state of the current busy period (`None`: idle, as fresh).
+    flight: Option<Box<Flight>>,
+    /// Recently retransmitted ranges (`None`: nothing retransmitted yet).
+    rtx: Option<Box<RtxMemory>>,
+    /// The undo snapshot of the last RACK-started recovery (RFC 3708, RFC 4015 §3).
+    undo: Option<Box<Undo>>,
+    /// RACK.rtt.
+    rtt: Duration,
+    /// Reordering degree in segments (at least DupThresh), for `tcp_info`.
+    reordering: u32,
+    reo_wnd_mult: u32,
+    reo_wnd_persist: u32,
+    /// The connection was in recovery at the last ACK (to count recoveries, §6.2 step 4).
+    was_in_recovery: bool,
+    reordering_seen: bool,
+    /// The PTO fired: output sends the probe.
+    pub(super) tlp_pending: bool,
+}
+
+impl Default for Rack {
+    fn default() -> Self {
+        Rack::new()
+    }
+}
+
+/// RFC 8985 §6.2: was segment (t1, s1) sent after segment (t2, s2)?
+fn sent_after(t1: Instant, s1: SeqNum, t2: Instant, s2: SeqNum) -> bool {
+    t1 > t2 || (t1 == t2 && s1 > s2)
+}
+
+impl Rack {
+    pub fn new() -> Rack {
+        Rack {
+            flight: None,
+            rtx: None,
+            undo: None,
+            rtt: Duration::ZERO,
+            reordering: 3,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: 0,
+            was_in_recovery: false,
+            reordering_seen: false,
+            tlp_pending: false,
+        }
+    }
+
+    /// The busy period's state, allocated on first use.
+    fn flight(&mut self) -> &mut Flight {
+        self.flight.get_or_insert_with(|| Box::new(Flight::new()))
+    }
+
+    /// Forgets every record (e.g. the connection closed).
+    pub fn clear(&mut self) {
+        *self = Rack {
+            reordering_seen: self.reordering_seen,
+            reordering: self.reordering,
+            ..Rack::new()
+        };
+    }
+
+    /// The connection is idle: SND.UNA = SND.NXT = `snd_una` and no recovery. Drops the
+    /// per-segment state if it holds nothing that matters any more; returns whether
+    /// none is held now. Nothing changes in behaviour: no record is left (all were
+    /// acknowledged); no TLP episode is open (§7.4); the DSACK round is over (the next
+    /// ACK's SND.UNA is at least `snd_una`, which ends it before any DSACK is
+    /// considered, §6.2 step 4). RACK.fack (at most `snd_una` now) and RACK.xmit_ts /
+    /// RACK.end_seq may go: every segment sent from now on ends above the former and
+    /// is sent after the latter, so until a new segment is delivered no segment can be
+    /// deemed lost either way (§6.2 step 5 considers only segments sent before
+    /// RACK.xmit_ts), and that delivery sets all three as from a fresh start.
+    /// RACK.rtt and the reordering state stay.
+    pub fn release_idle(&mut self, snd_una: SeqNum) -> bool {
+        if self.flight.as_deref().is_some_and(|f| f.idle(snd_una)) {
+            self.flight = None;
+        }
+        self.flight.is_none()
+    }
+
+    /// What is allocated: (the busy period's state, the retransmission ring, the undo
+    /// snapshot).
+    pub fn allocated(&self) -> (bool, bool, bool) {
+        (
+            self.flight.is_some(),
+            self.rtx.is_some(),
+            self.undo.is_some(),
+        )
+    }
+
+    /// New data `[start, end)` sent at `now` (RFC 8985 §6.1: record the transmit time).
+    pub fn on_send(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
+        let mut start = start;
+        if let Some(last) = self.flight.as_deref().and_then(|f| f.segs.back().copied()) {
+            if start < last.end {
+                // Overlaps what was sent: that part is a retransmission.
+                self.on_retransmit(start, last.end.min(end), now);
+                start = last.end;
+            }
+        }
+        if end <= start {
+            return;
+        }
+        self.flight().push(start, end, now);
+    }
+
+    /// `[start, end)` was retransmitted at `now`: its records get the new transmit time
+    /// and a retransmission in flight (splitting records at the range's edges; at the
+    /// bound another pair of records is merged to make room, so bytes outside the range
+    /// are not marked, unless no pair can be merged).
+    pub fn on_retransmit(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
+        if end <= start {
+            return;
+        }
+        if let Some(f) = self.flight.as_deref_mut() {
+            f.retransmitted(start, end, now);
+        }
+        let entry = (start, end, self.undo.is_some());
+        self.rtx
+            .get_or_insert_with(|| Box::new(RtxMemory::new()))
+            .push(entry);
     }
 
     /// RFC 8985 §6.2 steps 1-3 for one ACK: drops cumulatively acknowledged records,
@@ -418,6 +553,17 @@ impl Rack {
         mss: u32,
         dupthresh: u32,
     ) -> u32 {
+        let Rack {
+            flight,
+            rtt: rack_rtt,
+            reordering,
+            reordering_seen,
+            ..
+        } = self;
+        // No records: nothing to deliver, and nothing else changes.
+        let Some(f) = flight.as_deref_mut() else {
+            return 0;
+        };
         let mut newest: Option<(Instant, SeqNum)> = None;
         // RACK.rtt (RFC 8985 §6.2 step 2): of the last unambiguous segment in sequence
         // order (cumulatively acknowledged ones, then SACKed ones), as Linux takes it,
@@ -427,42 +573,42 @@ impl Rack {
         // sent with those are not deemed lost on the same ACK.
         let mut last_rtt: Option<Duration> = None;
         let mut delivered = 0u32;
-        let mut deliver = |r: &mut Rack, s: &Seg, newest: &mut Option<(Instant, SeqNum)>| {
-            delivered += 1;
-            // Step 3: reordering.
-            let fack = r.fack.unwrap_or(s.end);
-            if s.end >= fack {
-                r.fack = Some(s.end);
-            } else if !s.retrans {
-                r.reordering_seen = true;
-                let degree = fack.since(s.start).div_ceil(mss.max(1));
-                r.reordering = r
-                    .reordering
-                    .max(degree.min(MAX_REORDERING))
-                    .max(dupthresh.min(MAX_REORDERING));
-            }
-            // Step 2: RACK.rtt from segments whose RTT is unambiguous.
-            let rtt = now.saturating_duration_since(s.xmit);
-            if s.retrans && min_rtt.is_some_and(|m| rtt < m) {
-                return;
-            }
-            last_rtt = Some(rtt);
-            if newest.is_none_or(|(t, e)| sent_after(s.xmit, s.end, t, e)) {
-                *newest = Some((s.xmit, s.end));
-            }
-        };
+        let mut deliver =
+            |fack: &mut Option<SeqNum>, s: &Seg, newest: &mut Option<(Instant, SeqNum)>| {
+                delivered += 1;
+                // Step 3: reordering.
+                let fa = fack.unwrap_or(s.end);
+                if s.end >= fa {
+                    *fack = Some(s.end);
+                } else if !s.retrans {
+                    *reordering_seen = true;
+                    let degree = fa.since(s.start).div_ceil(mss.max(1));
+                    *reordering = (*reordering)
+                        .max(degree.min(MAX_REORDERING))
+                        .max(dupthresh.min(MAX_REORDERING));
+                }
+                // Step 2: RACK.rtt from segments whose RTT is unambiguous.
+                let rtt = now.saturating_duration_since(s.xmit);
+                if s.retrans && min_rtt.is_some_and(|m| rtt < m) {
+                    return;
+                }
+                last_rtt = Some(rtt);
+                if newest.is_none_or(|(t, e)| sent_after(s.xmit, s.end, t, e)) {
+                    *newest = Some((s.xmit, s.end));
+                }
+            };
         // Cumulatively acknowledged records.
-        while let Some(s) = self.segs.front().copied() {
+        while let Some(s) = f.segs.front().copied() {
             if s.end <= snd_una {
-                self.segs.pop_front();
-                self.account(&s, false);
+                f.segs.pop_front();
+                f.account(&s, false);
                 if !s.sacked {
-                    deliver(self, &s, &mut newest);
+                    deliver(&mut f.fack, &s, &mut newest);
                 }
             } else {
                 if s.start < snd_una {
                     // Partly acknowledged: not delivered yet; trim.
-                    self.set(
+                    f.set(
                         0,
                         Seg {
                             start: snd_una,
@@ -474,10 +620,10 @@ impl Rack {
             }
         }
         // SACKed records (a merge walk over both sorted lists).
-        if !sb.is_empty() || self.n_sacked > 0 {
+        if !sb.is_empty() || f.n_sacked > 0 {
             let mut ranges = sb.ranges().peekable();
-            for i in 0..self.segs.len() {
-                let s = self.segs[i];
+            for i in 0..f.segs.len() {
+                let s = f.segs[i];
                 while ranges.peek().is_some_and(|&(_, e)| e <= s.start) {
                     ranges.next();
                 }
@@ -485,7 +631,7 @@ impl Rack {
                     .peek()
                     .is_some_and(|&(a, e)| a <= s.start && e >= s.end);
                 if covered != s.sacked {
-                    self.set(
+                    f.set(
                         i,
                         Seg {
                             sacked: covered,
@@ -493,24 +639,21 @@ impl Rack {
                         },
                     );
                     if covered {
-                        deliver(self, &s, &mut newest);
+                        deliver(&mut f.fack, &s, &mut newest);
                     }
                 }
             }
         }
-        if self.fack.is_some_and(|f| f < snd_una) {
-            self.fack = Some(snd_una);
+        if f.fack.is_some_and(|fa| fa < snd_una) {
+            f.fack = Some(snd_una);
         }
         if let Some(rtt) = last_rtt {
-            self.rtt = rtt;
+            *rack_rtt = rtt;
         }
         if let Some((t, e)) = newest {
-            if self
-                .xmit_ts
-                .is_none_or(|rt| sent_after(t, e, rt, self.end_seq))
-            {
-                self.xmit_ts = Some(t);
-                self.end_seq = e;
+            if f.xmit_ts.is_none_or(|rt| sent_after(t, e, rt, f.end_seq)) {
+                f.xmit_ts = Some(t);
+                f.end_seq = e;
             }
         }
         delivered
@@ -522,12 +665,13 @@ impl Rack {
     /// if not, else whether that retransmission was sent during the current undo
     /// episode (only those can show the episode's response spurious).
     pub fn on_dsack(&mut self, d: (SeqNum, SeqNum), snd_nxt: SeqNum) -> Option<bool> {
-        if self.dsack_round.is_none() {
+        let f = self.flight();
+        if f.dsack_round.is_none() {
+            f.dsack_round = Some(snd_nxt);
             self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1).min(64);
-            self.dsack_round = Some(snd_nxt);
             self.reo_wnd_persist = REO_WND_PERSIST;
         }
-        for r in self.rtx_ranges.iter_mut() {
+        for r in self.rtx.as_deref_mut().map_or(&mut [][..], |m| m.used()) {
             if r.1 > r.0 && d.0 >= r.0 && d.1 <= r.1 && d.1 > d.0 {
                 let in_episode = r.2;
                 *r = (SeqNum(0), SeqNum(0), false);
@@ -545,42 +689,52 @@ impl Rack {
     /// belong to no episode: a D-SACK for one of them (e.g. a loss probe whose original
     /// arrived late) says nothing about this episode's retransmissions.
     fn start_undo_episode(&mut self, cc: Cc, snd_una: SeqNum) {
-        for r in self.rtx_ranges.iter_mut() {
-            r.2 = false;
+        if let Some(m) = self.rtx.as_deref_mut() {
+            for r in m.used() {
+                r.2 = false;
+            }
         }
-        self.undo = Some(Box::new((cc, 0, snd_una)));
-        self.undo_expiry = None;
+        self.undo = Some(Box::new(Undo {
+            cc,
+            retrans: 0,
+            floor: snd_una,
+            expiry: None,
+        }));
     }
 
     /// Forgets the undo snapshot.
     fn drop_undo(&mut self) {
         self.undo = None;
-        self.undo_expiry = None;
     }
 
     /// RACK's tracking is saturated: some records hold several merged segments (more
     /// than [`MAX_SEGS`] in flight), within which it cannot see a loss.
     pub fn saturated(&self) -> bool {
-        self.n_merged > 0
+        self.flight.as_deref().is_some_and(|f| f.n_merged > 0)
     }
 
     /// The receiver may have reneged (RFC 2018 §8): nothing counts as SACKed any more.
     pub fn clear_sacked(&mut self) {
-        if self.n_sacked == 0 {
+        let Some(f) = self.flight.as_deref_mut() else {
+            return;
+        };
+        if f.n_sacked == 0 {
             return;
         }
-        for i in 0..self.segs.len() {
-            let s = self.segs[i];
+        for i in 0..f.segs.len() {
+            let s = f.segs[i];
             if s.sacked {
-                self.set(i, Seg { sacked: false, ..s });
+                f.set(i, Seg { sacked: false, ..s });
             }
         }
     }
 
     /// RFC 8985 §6.2 step 4: the DSACK round ends once SND.UNA passes it.
     pub fn end_dsack_round(&mut self, snd_una: SeqNum) {
-        if self.dsack_round.is_some_and(|r| snd_una >= r) {
-            self.dsack_round = None;
+        if let Some(f) = self.flight.as_deref_mut() {
+            if f.dsack_round.is_some_and(|r| snd_una >= r) {
+                f.dsack_round = None;
+            }
         }
     }
 
@@ -605,7 +759,7 @@ impl Rack {
         min_rtt: Option<Duration>,
         srtt: Option<Duration>,
     ) -> Duration {
-        if !self.reordering_seen && (in_recovery || self.n_sacked >= dupthresh.max(1)) {
+        if !self.reordering_seen && (in_recovery || self.sacked_segments() >= dupthresh.max(1)) {
             return Duration::ZERO;
         }
         let base = min_rtt.unwrap_or(Duration::ZERO) / 4 * self.reo_wnd_mult;
@@ -620,27 +774,31 @@ impl Rack {
     /// newly marked and the time until the next pending segment would be (the reorder
     /// timer, §6.3), if any.
     pub fn detect_loss(&mut self, now: Instant, reo_wnd: Duration) -> (u32, Option<Duration>) {
-        let Some(rx) = self.xmit_ts else {
+        let rack_rtt = self.rtt;
+        let Some(f) = self.flight.as_deref_mut() else {
+            return (0, None);
+        };
+        let Some(rx) = f.xmit_ts else {
             return (0, None);
         };
         let mut newly = 0;
         let mut timeout: Option<Duration> = None;
-        for i in 0..self.segs.len() {
-            let s = self.segs[i];
+        for i in 0..f.segs.len() {
+            let s = f.segs[i];
             if s.sacked || (s.lost && !s.rxt_out) {
                 continue;
             }
-            if self.b_rxt == 0 && s.xmit >= rx && s.end > self.end_seq {
+            if f.b_rxt == 0 && s.xmit >= rx && s.end > f.end_seq {
                 // No retransmission in flight: the records left are new data sent in
                 // sequence order, none of them before RACK's segment.
                 break;
             }
-            if !sent_after(rx, self.end_seq, s.xmit, s.end) {
+            if !sent_after(rx, f.end_seq, s.xmit, s.end) {
                 continue;
             }
-            let due = s.xmit + self.rtt + reo_wnd;
+            let due = s.xmit + rack_rtt + reo_wnd;
             if due <= now {
-                self.set(
+                f.set(
                     i,
                     Seg {
                         lost: true,
@@ -660,17 +818,19 @@ impl Rack {
     /// RFC 8985 §6.3 on a retransmission timeout: every outstanding segment not SACKed
     /// is lost; nothing of them is in flight any more.
     pub fn mark_all_lost(&mut self) {
-        for i in 0..self.segs.len() {
-            let s = self.segs[i];
-            if !s.sacked {
-                self.set(
-                    i,
-                    Seg {
-                        lost: true,
-                        rxt_out: false,
-                        ..s
-                    },
-                );
+        if let Some(f) = self.flight.as_deref_mut() {
+            for i in 0..f.segs.len() {
+                let s = f.segs[i];
+                if !s.sacked {
+                    f.set(
+                        i,
+                        Seg {
+                            lost: true,
+                            rxt_out: false,
+                            ..s
+                        },
+                    );
+                }
             }
         }
     }
@@ -678,10 +838,11 @@ impl Rack {
     /// The first segment to retransmit: lost, not SACKed, no retransmission in flight;
     /// as (start, length of at most `mss`).
     pub fn next_lost(&self, mss: u32) -> Option<(SeqNum, u32)> {
-        if self.n_lost == 0 {
+        let f = self.flight.as_deref()?;
+        if f.n_lost == 0 {
             return None;
         }
-        self.segs
+        f.segs
             .iter()
             .find(|s| s.lost && !s.sacked && !s.rxt_out)
             .map(|s| (s.start, s.end.since(s.start).min(mss.max(1))))
@@ -689,7 +850,7 @@ impl Rack {
 
     /// The last segment sent (for the loss probe, §7.3), at most `mss` long at its end.
     pub fn last_segment(&self, mss: u32) -> Option<(SeqNum, u32)> {
-        self.segs.back().map(|s| {
+        self.flight.as_deref()?.segs.back().map(|s| {
             let len = s.end.since(s.start).min(mss.max(1));
             (s.end - len, len)
         })
@@ -698,26 +859,28 @@ impl Rack {
     /// The pipe by RACK's marks: bytes outstanding, less SACKed and lost ones, plus
     /// retransmissions in flight (RFC 8985 §9.3 with RFC 6675's pipe idea).
     pub fn pipe(&self) -> u32 {
-        (self.b_total - self.b_sacked.min(self.b_total))
-            .saturating_sub(self.b_lost)
-            .saturating_add(self.b_rxt)
-            .min(u64::from(u32::MAX)) as u32
+        self.flight.as_deref().map_or(0, |f| {
+            (f.b_total - f.b_sacked.min(f.b_total))
+                .saturating_sub(f.b_lost)
+                .saturating_add(f.b_rxt)
+                .min(u64::from(u32::MAX)) as u32
+        })
     }
 
     /// Segments deemed lost and not delivered (`tcpi_lost`).
     pub fn lost_segments(&self) -> u32 {
-        self.n_lost
+        self.flight.as_deref().map_or(0, |f| f.n_lost)
     }
 
     /// Segments with a retransmission in flight, not SACKed or acknowledged yet
     /// (`tcpi_retrans`).
     pub fn retrans_segments(&self) -> u32 {
-        self.n_rxt
+        self.flight.as_deref().map_or(0, |f| f.n_rxt)
     }
 
     /// Segments SACKed as a whole.
     pub fn sacked_segments(&self) -> u32 {
-        self.n_sacked
+        self.flight.as_deref().map_or(0, |f| f.n_sacked)
     }
 
     /// Reordering was observed on this connection.
@@ -737,12 +900,24 @@ impl Rack {
 
     /// Records held.
     pub fn len(&self) -> usize {
-        self.segs.len()
+        self.flight.as_deref().map_or(0, |f| f.segs.len())
     }
 
     /// No record held.
     pub fn is_empty(&self) -> bool {
-        self.segs.is_empty()
+        self.len() == 0
+    }
+
+    /// The open TLP episode (§7.4.1): TLP.end_seq.
+    fn tlp_end_seq(&self) -> Option<SeqNum> {
+        self.flight.as_deref().and_then(|f| f.tlp_end_seq)
+    }
+
+    /// Ends the TLP episode.
+    fn end_tlp_episode(&mut self) {
+        if let Some(f) = self.flight.as_deref_mut() {
+            f.tlp_end_seq = None;
+        }
     }
 }
 
@@ -776,8 +951,8 @@ impl Tcb {
         }
         if retrans {
             self.rack.on_retransmit(seq, end, now);
-            if let Some((_, n, _)) = self.rack.undo.as_deref_mut() {
-                *n = n.saturating_add(1);
+            if let Some(u) = self.rack.undo.as_deref_mut() {
+                u.retrans = u.retrans.saturating_add(1);
             }
         } else {
             self.rack.on_send(seq, end, now);
@@ -821,9 +996,9 @@ impl Tcb {
         if let Some(d) = dsack {
             if let Some(in_episode) = self.rack.on_dsack(d, self.snd_nxt) {
                 self.stats.spurious_rtx += 1;
-                if let Some((_, n, floor)) = self.rack.undo.as_deref_mut() {
-                    if in_episode && d.0 >= *floor {
-                        *n = n.saturating_sub(1);
+                if let Some(u) = self.rack.undo.as_deref_mut() {
+                    if in_episode && d.0 >= u.floor {
+                        u.retrans = u.retrans.saturating_sub(1);
                     }
                 }
             }
@@ -836,21 +1011,29 @@ impl Tcb {
                 // D-SACKs for the episode's retransmissions arrive within a round trip
                 // of its end; the snapshot is not kept longer.
                 let rtt = self.rtt.srtt().unwrap_or(self.rack.rtt).max(self.rack.rtt);
-                self.rack.undo_expiry = Some(now + rtt);
+                if let Some(u) = self.rack.undo.as_deref_mut() {
+                    u.expiry = Some(now + rtt);
+                }
             }
         }
         self.rack.was_in_recovery = in_rec;
-        if self.rack.undo_expiry.is_some_and(|t| now > t) {
+        if self
+            .rack
+            .undo
+            .as_deref()
+            .is_some_and(|u| u.expiry.is_some_and(|t| now > t))
+        {
             self.rack.drop_undo();
         }
         // Every retransmission of the last RACK recovery was spurious: undo its
         // congestion response once the episode is over (RFC 3708 §3; the response of
         // RFC 4015 §3 as Linux does it: cwnd and ssthresh back to at least their prior
         // values, the rest of the controller's state kept).
-        if self.recovery == Recovery::Open && self.rack.undo.as_ref().is_some_and(|u| u.1 == 0) {
-            if let Some((cc, _, _)) = self.rack.undo.take().map(|b| *b) {
-                self.rack.undo_expiry = None;
-                self.cc.undo_from(&cc);
+        if self.recovery == Recovery::Open
+            && self.rack.undo.as_ref().is_some_and(|u| u.retrans == 0)
+        {
+            if let Some(u) = self.rack.undo.take() {
+                self.cc.undo_from(&u.cc);
                 self.rack.reordering_seen = true;
             }
         }
@@ -903,7 +1086,7 @@ impl Tcb {
             || !data_state
             || self.recovery != Recovery::Open
             || self.rack.sacked_segments() > 0
-            || self.rack.tlp_end_seq.is_some()
+            || self.rack.tlp_end_seq().is_some()
             || self.snd_una == self.snd_nxt
         {
             return;
@@ -945,7 +1128,7 @@ impl Tcb {
         if self.rack_timers_live()
             && self.tlp_active()
             && self.recovery == Recovery::Open
-            && self.rack.tlp_end_seq.is_none()
+            && self.rack.tlp_end_seq().is_none()
         {
             self.rack.tlp_pending = true;
             // The probe replaces an RTO due now (§7.2); output rearms it (§7.3).
@@ -977,8 +1160,10 @@ impl Tcb {
         let plan = if unsent > 0 && wnd_avail > 0 && self.snd_wnd > 0 {
             let len = unsent.min(mss).min(wnd_avail);
             let fin = self.fin_queued && len == unsent;
-            self.rack.tlp_is_retrans = false;
-            self.rack.tlp_end_seq = Some(self.snd_nxt + len + u32::from(fin));
+            let end_seq = self.snd_nxt + len + u32::from(fin);
+            let f = self.rack.flight();
+            f.tlp_is_retrans = false;
+            f.tlp_end_seq = Some(end_seq);
             Plan::segment(Kind::Data, self.snd_nxt, len, fin)
         } else {
             let (seq, span) = self.rack.last_segment(mss).unwrap_or_else(|| {
@@ -1002,9 +1187,11 @@ impl Tcb {
             }
             self.stats.retrans_segs += 1;
             self.stats.retrans_bytes += u64::from(data_len);
-            self.rack.tlp_is_retrans = true;
-            self.rack.tlp_end_seq = Some(self.snd_nxt);
-            self.rack.tlp_range = (seq, seq + data_len + u32::from(fin));
+            let snd_nxt = self.snd_nxt;
+            let f = self.rack.flight();
+            f.tlp_is_retrans = true;
+            f.tlp_end_seq = Some(snd_nxt);
+            f.tlp_range = (seq, seq + data_len + u32::from(fin));
             Plan::segment(Kind::Retransmit, seq, data_len, fin)
         };
         self.stats.tlp_probes += 1;
@@ -1019,24 +1206,28 @@ impl Tcb {
     /// not needed; an ACK beyond the episode without such a DSACK means the probe
     /// repaired a loss: congestion control reduces once (enter and leave recovery).
     fn tlp_on_ack(&mut self, now: Instant, ack: SeqNum, dsack: Option<(SeqNum, SeqNum)>) {
-        let Some(end) = self.rack.tlp_end_seq else {
+        let Some((end, is_retrans, (ps, pe))) = self
+            .rack
+            .flight
+            .as_deref()
+            .and_then(|f| Some((f.tlp_end_seq?, f.tlp_is_retrans, f.tlp_range)))
+        else {
             return;
         };
-        let (ps, pe) = self.rack.tlp_range;
-        if self.rack.tlp_is_retrans && dsack.is_some_and(|(l, r)| l >= ps && r <= pe && r > l) {
+        if is_retrans && dsack.is_some_and(|(l, r)| l >= ps && r <= pe && r > l) {
             // The probe was a duplicate: the original arrived, no loss.
-            self.rack.tlp_end_seq = None;
+            self.rack.end_tlp_episode();
             return;
         }
         if ack < end {
             return;
         }
-        if !self.rack.tlp_is_retrans {
-            self.rack.tlp_end_seq = None;
+        if !is_retrans {
+            self.rack.end_tlp_episode();
             return;
         }
         if ack > end {
-            self.rack.tlp_end_seq = None;
+            self.rack.end_tlp_episode();
             self.stats.tlp_recoveries += 1;
             let flight = self.in_flight();
             self.cc.on_congestion_event(now, flight);
@@ -1052,7 +1243,23 @@ impl Tcb {
         self.rack.drop_undo();
         self.timers.stop(Timer::TailLossProbe);
         self.rack.tlp_pending = false;
-        self.rack.tlp_end_seq = None;
+        self.rack.end_tlp_episode();
+    }
+
+    /// Drops the state that matters only while data flows, once the connection is
+    /// idle: nothing outstanding (SND.UNA = SND.NXT) and no loss recovery. RACK's
+    /// records and busy-period variables ([`Rack::release_idle`] says when that changes
+    /// nothing), the SACK scoreboard once empty (RFC 6675 §5: SACK information below
+    /// SND.UNA is discarded, so nothing is left of it) and PRR's episode (RFC 9937
+    /// §6.1: the next recovery starts it afresh). Run after every acceptable ACK; each
+    /// is allocated again on first use.
+    pub(super) fn release_idle_state(&mut self) {
+        if self.snd_una != self.snd_nxt || self.recovery != Recovery::Open {
+            return;
+        }
+        self.rack.release_idle(self.snd_una);
+        self.sb.release_if_empty();
+        self.prr.release();
     }
 
     /// RACK-TLP's view of the connection: (segments deemed lost, reordering degree,
@@ -1202,10 +1409,10 @@ mod tests {
         // Acked 10 ms after the retransmission: below min_rtt, so it was the original.
         let sb = Scoreboard::new(4);
         r.update_delivered(t(160), s(1001), &sb, RTT, MSS, 3);
-        assert_eq!(r.xmit_ts, None);
+        assert_eq!(r.flight().xmit_ts, None);
         // The second segment is delivered unambiguously.
         r.update_delivered(t(170), s(2001), &sb, RTT, MSS, 3);
-        assert_eq!(r.xmit_ts, Some(t(0)));
+        assert_eq!(r.flight().xmit_ts, Some(t(0)));
         assert_eq!(r.rtt, Duration::from_millis(170));
         assert!(r.is_empty());
     }
@@ -1220,7 +1427,7 @@ mod tests {
         r.on_retransmit(s(1), s(1001), t(200));
         let sb = Scoreboard::new(4);
         r.update_delivered(t(320), s(2001), &sb, RTT, MSS, 3);
-        assert_eq!(r.xmit_ts, Some(t(200)));
+        assert_eq!(r.flight().xmit_ts, Some(t(200)));
         assert_eq!(r.rtt, Duration::from_millis(320));
         // With a reordering window of a quarter min_rtt the remaining originals are due
         // 25 ms from now; with the newest segment's RTT (120 ms) they would be overdue by
@@ -1324,6 +1531,7 @@ mod tests {
         assert!(r.len() <= 2 * MAX_SEGS);
         // The bytes after the retransmitted range are still lost, not in flight.
         let after = r
+            .flight()
             .segs
             .iter()
             .find(|x| x.start <= s(tail + 10) && x.end > s(tail + 10));

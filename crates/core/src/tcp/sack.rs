@@ -35,6 +35,66 @@ use crate::tcp::seq::SeqNum;
 /// Largest `max_ranges` a scoreboard accepts (larger requests are clamped).
 pub const MAX_RANGES_LIMIT: usize = 4096;
 
+/// What an unallocated [`LazyScoreboard`] reads as.
+static EMPTY: Scoreboard = Scoreboard {
+    ranges: Vec::new(),
+    max_ranges: 1,
+    sacked: 0,
+    forgotten: 0,
+};
+
+/// A connection's [`Scoreboard`], allocated on first use: until the first SACK block is
+/// recorded it reads (through `Deref`) as an empty scoreboard, and
+/// [`release_if_empty`](Self::release_if_empty) drops it again once it holds no range.
+/// An empty scoreboard behaves as a fresh one (its count of forgotten ranges is the
+/// only thing it keeps, and the connection sums that into its statistics), so dropping
+/// it changes nothing; a connection that never saw a SACK block (every fused one, every
+/// one without loss or reordering) carries a null pointer.
+#[derive(Debug, Clone, Default)]
+pub struct LazyScoreboard(Option<Box<Scoreboard>>);
+
+impl LazyScoreboard {
+    /// The scoreboard, allocated now (holding at most `max_ranges` ranges) if it was not.
+    pub fn get_mut(&mut self, max_ranges: usize) -> &mut Scoreboard {
+        self.0
+            .get_or_insert_with(|| Box::new(Scoreboard::new(max_ranges)))
+    }
+
+    /// [`Scoreboard::advance`]; nothing to do while unallocated.
+    pub fn advance(&mut self, snd_una: SeqNum) {
+        if let Some(sb) = self.0.as_deref_mut() {
+            sb.advance(snd_una);
+        }
+    }
+
+    /// [`Scoreboard::clear`]; nothing to do while unallocated.
+    pub fn clear(&mut self) {
+        if let Some(sb) = self.0.as_deref_mut() {
+            sb.clear();
+        }
+    }
+
+    /// Drops the scoreboard if it holds no range.
+    pub fn release_if_empty(&mut self) {
+        if self.0.as_deref().is_some_and(Scoreboard::is_empty) {
+            self.0 = None;
+        }
+    }
+
+    /// Whether a scoreboard is allocated.
+    pub fn is_allocated(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl core::ops::Deref for LazyScoreboard {
+    type Target = Scoreboard;
+
+    fn deref(&self) -> &Scoreboard {
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+}
+
 /// What one ACK's SACK blocks changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SackDelta {

@@ -14,14 +14,14 @@
 //!   than the advertised window (plus the rounding of window scaling), the scoreboard and
 //!   the assembler are bounded by tunables. No input can grow a `Tcb` without bound.
 
-use super::assembler::Assembler;
+use super::assembler::OutOfOrder;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
 use super::fused_flow::FusedFlow;
 use super::info::{Chrono, InfoState};
 use super::prr::Prr;
 use super::rack::Rack;
 use super::rtt::RttEstimator;
-use super::sack::Scoreboard;
+use super::sack::LazyScoreboard;
 use super::seq::SeqNum;
 use super::timers::{Timer, TimerTable};
 use super::{Events, State, TcpError, TcpSettings};
@@ -199,6 +199,55 @@ pub(super) enum Recovery {
 /// pieces owe at most 44.
 pub(super) const MAX_OWED_ACKS: usize = 64;
 
+/// Which parts of a connection's state that are allocated on first use are held now
+/// (see [`Tcb::lazy_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LazyState {
+    /// RACK-TLP's per-segment records and busy-period variables (RFC 8985 §5.2),
+    /// dropped when the connection is idle.
+    pub rack_records: bool,
+    /// RACK's ring of recent retransmissions (RFC 3708 detection), kept once allocated.
+    pub rack_rtx_memory: bool,
+    /// The undo snapshot of a RACK recovery (RFC 4015 §3), until it expires.
+    pub rack_undo: bool,
+    /// The SACK scoreboard (RFC 6675 §3), dropped when empty at idle.
+    pub sack_scoreboard: bool,
+    /// PRR's episode (RFC 9937 §6.1), dropped at idle.
+    pub prr_episode: bool,
+    /// The out-of-order receive store (RFC 9293 §3.10.7.4), dropped once nothing is held.
+    pub out_of_order: bool,
+    /// The `tcp_info` chronographs, kept once the connection was busy.
+    pub chrono: bool,
+    /// The deque of ACKs owed for coalesced segments, kept once allocated.
+    pub owed_acks: bool,
+}
+
+/// The ACKs owed for the pieces of coalesced segments (`Tcb::owed_acks`), in order: a
+/// deque allocated at the first one (and kept, as its buffer would be), so that a
+/// connection that never received a coalesced segment carries a null pointer.
+/// (Boxed so that the field is one pointer, not a deque's four words.)
+#[derive(Debug, Default)]
+#[allow(clippy::box_collection)]
+pub(super) struct OwedAcks(Option<Box<VecDeque<SeqNum>>>);
+
+impl OwedAcks {
+    pub(super) fn len(&self) -> usize {
+        self.0.as_deref().map_or(0, VecDeque::len)
+    }
+
+    pub(super) fn push_back(&mut self, ack: SeqNum) {
+        self.0.get_or_insert_with(Box::default).push_back(ack);
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<SeqNum> {
+        self.0.as_deref_mut()?.pop_front()
+    }
+
+    fn is_allocated(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
 /// A segment ready to go out: the header to emit and the payload (up to two slices of
 /// the send buffer, which is a ring).
 #[derive(Debug)]
@@ -259,14 +308,13 @@ pub struct Tcb {
     pub(super) rcv_off: u64,
     pub(super) rcv_buf: VecDeque<u8>,
     pub(super) rcv_cap: u32,
-    pub(super) ooo: Assembler,
-    /// Stream offset of a FIN that arrived out of order.
-    pub(super) ooo_fin: Option<u64>,
+    /// Data held out of order, with the offset of a FIN that arrived out of order and
+    /// the most recently received out-of-order stream offsets, for SACK block order (RFC
+    /// 2018 §4); allocated when the first segment arrives out of order.
+    pub(super) ooo: OutOfOrder,
     pub(super) fin_rcvd: bool,
     /// Stream offset one past the last urgent octet announced by the peer.
     pub(super) rcv_up: Option<u64>,
-    /// Most recently received out-of-order stream offsets, for SACK block order (RFC 2018 §4).
-    pub(super) sack_recent: [Option<u64>; 4],
     /// A duplicate range to report as D-SACK in the next ACK (RFC 2883).
     pub(super) dsack: Option<(SeqNum, SeqNum)>,
 
@@ -299,7 +347,7 @@ pub struct Tcb {
     /// its last one, still to be sent (acknowledgment numbers, in order), so the peer sees
     /// the ACKs it would have seen. At most [`MAX_OWED_ACKS`]; unallocated until a
     /// coalesced segment arrives.
-    pub(super) owed_acks: std::collections::VecDeque<SeqNum>,
+    pub(super) owed_acks: OwedAcks,
     pub(super) last_rcv_data: Instant,
 
     // Congestion control and loss recovery.
@@ -310,7 +358,8 @@ pub struct Tcb {
     /// Our timestamp clock at the last retransmission timeout: echoes of older
     /// timestamps are not RTT samples (they may measure the timeout itself).
     pub(super) ts_rtt_floor: Option<u32>,
-    pub(super) sb: Scoreboard,
+    /// The SACK scoreboard (`sack.rs`), allocated at the first SACK block.
+    pub(super) sb: LazyScoreboard,
     /// RACK-TLP per-segment state and timers (`rack.rs`).
     pub(super) rack: Rack,
     /// Proportional Rate Reduction in SACK fast recovery (`prr.rs`).
@@ -437,11 +486,6 @@ impl Tcb {
         let cc = Cc::new(set.cc, mss, set.init_cwnd);
         let mut rtt = RttEstimator::new(set.rto_initial, set.rto_min, set.rto_max);
         rtt.set_min_on_variance(set.rto_min_on_variance);
-        let sb = Scoreboard::new(set.sack_max_ranges as usize);
-        let ooo = Assembler::new(
-            rcv_cap as usize + (1 << MAX_WSCALE),
-            set.reass_max_segs as usize,
-        );
         Tcb {
             local: spec.local,
             remote: spec.remote,
@@ -465,11 +509,9 @@ impl Tcb {
             rcv_off: 0,
             rcv_buf: VecDeque::new(),
             rcv_cap,
-            ooo,
-            ooo_fin: None,
+            ooo: OutOfOrder::default(),
             fin_rcvd: false,
             rcv_up: None,
-            sack_recent: [None; 4],
             dsack: None,
             snd_wscale: 0,
             rcv_wscale: if set.accepts(set.wscale, passive) {
@@ -491,13 +533,13 @@ impl Tcb {
             ack_now: false,
             rcv_unacked_bytes: 0,
             quickack: QUICKACK_SEGMENTS,
-            owed_acks: std::collections::VecDeque::new(),
+            owed_acks: OwedAcks::default(),
             last_rcv_data: now,
             cc,
             rtt,
             rtt_timed: None,
             ts_rtt_floor: None,
-            sb,
+            sb: LazyScoreboard::default(),
             rack: Rack::new(),
             prr: Prr::default(),
             recovery: Recovery::Open,
@@ -1135,6 +1177,15 @@ impl Tcb {
         self.snd_cap = b.max(self.snd_buf.len().min(u32::MAX as usize) as u32);
     }
 
+    /// The bounds of the out-of-order store, as `set_recv_buffer` sets them: the receive
+    /// buffer plus one unit of the largest window scale, `tcp_reass_max_segs` pieces.
+    pub(super) fn ooo_limits(&self) -> (usize, usize) {
+        (
+            self.rcv_cap as usize + (1 << MAX_WSCALE),
+            self.set.reass_max_segs as usize,
+        )
+    }
+
     /// SO_RCVBUF: resize the receive buffer (bounded by `tcp_max_buf`; the window never
     /// shrinks below what was already advertised).
     pub fn set_recv_buffer(&mut self, bytes: usize) {
@@ -1252,6 +1303,23 @@ impl Tcb {
         &self.stats
     }
 
+    /// Which parts of the state that are allocated on first use are held now (issue 20:
+    /// an idle connection, and every fused one, carries only null pointers for most of
+    /// them). For tests and memory accounting.
+    pub fn lazy_state(&self) -> LazyState {
+        let (rack_records, rack_rtx_memory, rack_undo) = self.rack.allocated();
+        LazyState {
+            rack_records,
+            rack_rtx_memory,
+            rack_undo,
+            sack_scoreboard: self.sb.is_allocated(),
+            prr_episode: self.prr.is_allocated(),
+            out_of_order: self.ooo.is_allocated(),
+            chrono: self.info_state.chrono.is_some(),
+            owed_acks: self.owed_acks.is_allocated(),
+        }
+    }
+
     /// `snd_una`, for ICMP validation (RFC 5927 §4.1) and for the fusion hand-off.
     pub fn snd_una(&self) -> SeqNum {
         self.snd_una
@@ -1341,7 +1409,12 @@ impl Tcb {
             retrans: self.retrans_segments(),
             reordering: self.rack_info().1,
             delivered: self.info_state.delivered,
-            chrono: self.info_state.chrono,
+            chrono: self
+                .info_state
+                .chrono
+                .as_deref()
+                .copied()
+                .unwrap_or_default(),
         }
     }
 
