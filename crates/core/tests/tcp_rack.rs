@@ -511,9 +511,10 @@ fn established_connection_holds_no_lazy_state() {
 }
 
 /// Memory (issue 20): after a SACK loss recovery (RACK detects the loss, PRR paces the
-/// repair), once everything is acknowledged the sender drops RACK's records, the
-/// scoreboard and PRR's episode, and the receiver its out-of-order store; the next data
-/// allocates the records again. Every byte arrives, in order, both times.
+/// repair), once everything is acknowledged the sender drops the scoreboard and PRR's
+/// episode (RACK's records box is reset in place: `racks_box_is_reset_in_place_when_idle`),
+/// and the receiver its out-of-order store; the next data needs no scoreboard. Every byte
+/// arrives, in order, both times.
 #[test]
 fn loss_state_is_dropped_when_idle_and_allocated_again_when_data_flows() {
     let mut pair = Pair::new(TcpSettings::default(), TcpSettings::default(), ms(20));
@@ -551,10 +552,7 @@ fn loss_state_is_dropped_when_idle_and_allocated_again_when_data_flows() {
     let info = pair.a.info();
     assert!(!info.in_recovery && info.unacked == 0, "{info:?}");
     let idle = pair.a.lazy_state();
-    assert!(
-        !idle.rack_records && !idle.sack_scoreboard && !idle.prr_episode,
-        "{idle:?}"
-    );
+    assert!(!idle.sack_scoreboard && !idle.prr_episode, "{idle:?}");
     assert!(
         idle.rack_rtx_memory,
         "the retransmission stays remembered (RFC 3708)"
@@ -572,12 +570,35 @@ fn loss_state_is_dropped_when_idle_and_allocated_again_when_data_flows() {
     pair.run_for(ms(500));
     assert_eq!(pair.read_b(), more);
     assert_eq!(pair.a.info().unacked, 0);
-    assert!(!pair.a.lazy_state().rack_records);
+    assert!(!pair.a.lazy_state().sack_scoreboard);
     assert_eq!(
         pair.a.stats().recoveries,
         st.recoveries,
         "no loss the second time"
     );
+}
+
+/// Cost (issue 20): once everything is acknowledged RACK's busy-period box stays, reset
+/// in place (a request/response connection is idle after every exchange, and freeing
+/// the box would cost an allocation and a free per round trip on both ends).
+#[test]
+fn racks_box_is_reset_in_place_when_idle() {
+    let mut pair = Pair::new(TcpSettings::default(), TcpSettings::default(), ms(20));
+    pair.run_for(ms(200));
+    assert!(!pair.a.lazy_state().rack_records);
+    let mut got = Vec::new();
+    for round in 0..3u8 {
+        let small = vec![round; 100];
+        assert_eq!(pair.a.send(pair.now, &small).expect("send"), 100);
+        pair.run_for(ms(200));
+        got.extend(pair.read_b());
+        assert_eq!(pair.a.info().unacked, 0);
+        assert!(
+            pair.a.lazy_state().rack_records,
+            "kept after a short exchange"
+        );
+    }
+    assert_eq!(got, [vec![0u8; 100], vec![1; 100], vec![2; 100]].concat());
 }
 
 /// Memory (issue 20): what every connection carries stays small (it was 2,024 bytes

@@ -167,6 +167,10 @@ impl Tcb {
         self.fuse_check_pair(peer)?;
         self.fused = true;
         self.fused_flow = FusedFlow::default();
+        // Nothing is sent while fused: what only a data flow needs goes.
+        self.rack.release_flight(self.snd_una);
+        self.sb.release_if_empty();
+        self.prr.release();
         self.clear_timers();
         self.rtx_series_start = None;
         self.persist_backoff = 0;

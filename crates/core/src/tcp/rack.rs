@@ -69,6 +69,8 @@ const PTO_NO_RTT: Duration = Duration::from_secs(1);
 const REO_WND_PERSIST: u32 = 16;
 /// Largest reordering degree (in segments) reported.
 const MAX_REORDERING: u32 = 300;
+/// Records a connection's idle RACK state keeps room for (see [`Rack::release_idle`]).
+const KEEP_RECORDS: usize = 16;
 /// Retransmitted ranges remembered for DSACK-based spurious retransmission detection.
 const RTX_MEMORY: usize = 8;
 
@@ -489,7 +491,25 @@ impl Rack {
     /// deemed lost either way (§6.2 step 5 considers only segments sent before
     /// RACK.xmit_ts), and that delivery sets all three as from a fresh start.
     /// RACK.rtt and the reordering state stay.
+    ///
+    /// "Drops" is done in place: the box is reset to its fresh values and kept, its
+    /// record deque shrunk to room for [`KEEP_RECORDS`] records. A request/response
+    /// connection is idle after every exchange, and freeing the box there would cost an
+    /// allocation and a free per round trip on both ends. A connection that fuses frees
+    /// it ([`Rack::release_flight`]).
     pub fn release_idle(&mut self, snd_una: SeqNum) -> bool {
+        if let Some(f) = self.flight.as_deref_mut().filter(|f| f.idle(snd_una)) {
+            let mut segs = core::mem::take(&mut f.segs);
+            segs.shrink_to(KEEP_RECORDS);
+            *f = Flight::new();
+            f.segs = segs;
+        }
+        self.flight.is_none()
+    }
+
+    /// [`Rack::release_idle`], freeing the box whatever its size (the connection fuses:
+    /// no segment will be sent until it unfuses).
+    pub fn release_flight(&mut self, snd_una: SeqNum) -> bool {
         if self.flight.as_deref().is_some_and(|f| f.idle(snd_una)) {
             self.flight = None;
         }

@@ -203,8 +203,9 @@ pub(super) const MAX_OWED_ACKS: usize = 64;
 /// (see [`Tcb::lazy_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LazyState {
-    /// RACK-TLP's per-segment records and busy-period variables (RFC 8985 §5.2),
-    /// dropped when the connection is idle.
+    /// RACK-TLP's per-segment records and busy-period variables (RFC 8985 §5.2): reset
+    /// in place when the connection is idle (its deque shrunk to a few records), freed
+    /// when it fuses.
     pub rack_records: bool,
     /// RACK's ring of recent retransmissions (RFC 3708 detection), kept once allocated.
     pub rack_rtx_memory: bool,
