@@ -4,7 +4,9 @@
 //! else in the batch takes its usual path; `ip_gro = 0` and single frames change nothing;
 //! an external TCP gets the merged segment as one upcall that says what it stands for.
 
-use ember_core::host::{ConnId, Interface, IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
+use ember_core::host::{
+    ConnId, Interface, IpLayer, SegmentBytes, TcpIcmpError, TcpSegmentIn, TcpSink,
+};
 use ember_core::ip::IfaceId;
 use ember_core::time::Instant;
 use ember_core::wire::{
@@ -345,7 +347,7 @@ struct Collect(Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>, bool, u16, u16)>);
 
 impl TcpSink for Collect {
     fn tcp_segment(&mut self, _ip: &mut IpLayer, _now: Instant, s: TcpSegmentIn<'_>) {
-        let bytes = s.bytes.into_owned();
+        let bytes = s.bytes.to_vec();
         self.0
             .push((s.src, s.dst, bytes, s.csum_ok, s.segs, s.gso_size));
     }
@@ -390,6 +392,74 @@ fn an_ip_layer_delivers_the_merged_segment_with_its_description() {
     assert_eq!(tcp.0.len(), 2);
     let (_, _, _, csum_ok, segs, gso_size) = &tcp.0[1];
     assert_eq!((*csum_ok, *segs, *gso_size), (false, 1, 0));
+}
+
+/// What keeps a segment's bytes (the runtime's squeues): a frame given as a shared
+/// buffer reaches it as a slice of that buffer, with no copy; a borrowed frame, and a
+/// segment GRO merged, as what they are.
+#[derive(Default)]
+struct Keep(Vec<(bool, bytes::Bytes)>);
+
+impl TcpSink for Keep {
+    fn tcp_segment(&mut self, _ip: &mut IpLayer, _now: Instant, s: TcpSegmentIn<'_>) {
+        let shared = matches!(s.bytes, SegmentBytes::Shared(_));
+        self.0.push((shared, s.bytes.into_bytes()));
+    }
+
+    fn tcp_icmp_error(&mut self, _ip: &mut IpLayer, _now: Instant, e: TcpIcmpError) {
+        panic!("no ICMP error expected: {e:?}");
+    }
+}
+
+#[test]
+fn a_shared_frame_reaches_tcp_as_a_slice_of_itself() {
+    let now = Instant::from_secs(1);
+    let mut ip = IpLayer::new(Params::default(), [0x5a; 16]);
+    ip.add_interface(Interface {
+        mac: MAC_A,
+        addr: IP_A,
+        prefix_len: 24,
+        mtu: 1500,
+    })
+    .unwrap();
+    let mut peer = Peer {
+        seq: 5000,
+        ack: 1,
+        tsval: 1,
+        tsecr: 1,
+    };
+    // One frame, as a shared buffer: a slice of it.
+    let frame = bytes::Bytes::from(peer.data(&[100]).remove(0));
+    let mut tcp = Keep::default();
+    ip.receive_batch_bytes(now, IF0, [frame.clone()], &mut tcp);
+    assert_eq!(tcp.0.len(), 1);
+    let (shared, seg) = &tcp.0[0];
+    assert!(*shared);
+    let (start, end) = (
+        frame.as_ptr() as usize,
+        frame.as_ptr() as usize + frame.len(),
+    );
+    assert!(seg.as_ptr() as usize >= start && seg.as_ptr() as usize + seg.len() <= end);
+    assert_eq!(&frame[frame.len() - seg.len()..], &seg[..]);
+    let (t, data) = TcpRepr::parse(seg, IP_P, IP_A, true).unwrap();
+    assert_eq!((t.seq, data), (5000, &stream(5000, 100)[..]));
+    // The same frame lent as a slice: borrowed, kept as a copy with the same bytes.
+    let mut lent = Keep::default();
+    ip.receive_batch(now, IF0, [&frame[..]], &mut lent);
+    assert!(!lent.0[0].0);
+    assert_eq!(lent.0[0].1, *seg);
+    // Several frames: GRO merges them into a buffer of its own, shared as it is.
+    let mut merged = Keep::default();
+    let batch: Vec<bytes::Bytes> = peer
+        .data(&[G, G, 100])
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    ip.receive_batch_bytes(now, IF0, batch, &mut merged);
+    assert_eq!(merged.0.len(), 1);
+    assert!(merged.0[0].0);
+    let (_, data) = TcpRepr::parse(&merged.0[0].1, IP_P, IP_A, false).unwrap();
+    assert_eq!(data.len(), 2 * G + 100);
 }
 
 /// A duplicate of the peer's SYN and its final ACK in one receive batch (as a device poll

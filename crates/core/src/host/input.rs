@@ -10,7 +10,7 @@
 //! in-order segments of one flow reach TCP as one. Everything else takes the same path
 //! either way, in arrival order.
 
-use super::ip::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
+use super::ip::{IpLayer, SegmentBytes, TcpIcmpError, TcpSegmentIn, TcpSink};
 use super::PingReply;
 use crate::icmp;
 use crate::ip::reassembly::{ReasmKey, ReasmOutcome};
@@ -22,6 +22,7 @@ use crate::wire::{
     ethertype, icmp_type, icmp_unreach, ip_proto, ArpOp, ArpRepr, EthernetRepr, Icmpv4Repr,
     Ipv4Repr, UdpRepr, IPV4_HEADER_LEN,
 };
+use bytes::Bytes;
 use std::net::SocketAddrV4;
 
 impl IpLayer {
@@ -51,13 +52,47 @@ impl IpLayer {
         I::Item: AsRef<[u8]>,
         S: TcpSink + ?Sized,
     {
-        let mut frames = frames.into_iter().peekable();
-        while let Some(f) = frames.next() {
+        self.take_batch(now, iface, frames.into_iter().map(|f| (f, None)), tcp);
+    }
+
+    /// [`IpLayer::receive_batch`] for frames given as shared buffers: a TCP segment
+    /// that reaches `tcp` unmerged is a slice of its frame
+    /// ([`SegmentBytes::Shared`](super::ip::SegmentBytes)), which a sink keeps without a
+    /// copy.
+    pub fn receive_batch_bytes<I, S>(
+        &mut self,
+        now: Instant,
+        iface: IfaceId,
+        frames: I,
+        tcp: &mut S,
+    ) where
+        I: IntoIterator<Item = Bytes>,
+        S: TcpSink + ?Sized,
+    {
+        self.take_batch(
+            now,
+            iface,
+            frames.into_iter().map(|f| (f.clone(), Some(f))),
+            tcp,
+        );
+    }
+
+    /// The batch loop of both: each frame, with its shared buffer when it has one.
+    fn take_batch<F, I, S>(&mut self, now: Instant, iface: IfaceId, frames: I, tcp: &mut S)
+    where
+        F: AsRef<[u8]>,
+        I: Iterator<Item = (F, Option<Bytes>)>,
+        S: TcpSink + ?Sized,
+    {
+        let mut frames = frames.peekable();
+        while let Some((f, shared)) = frames.next() {
             // A batch of one has nothing to merge with: the plain path.
             if self.params.ip_gro && !self.gro_batch && frames.peek().is_some() {
                 self.gro_batch = true;
             }
+            self.frame = shared;
             self.receive_frame(now, iface, f.as_ref(), tcp);
+            self.frame = None;
         }
         if self.gro_batch {
             self.gro_batch = false;
@@ -99,7 +134,7 @@ impl IpLayer {
             let seg = TcpSegmentIn {
                 src: s.src,
                 dst: s.dst,
-                bytes: s.bytes.into(),
+                bytes: SegmentBytes::Shared(Bytes::from(s.bytes)),
                 csum_ok: s.csum_ok,
                 segs: s.segs,
                 gso_size: s.gso_size,
@@ -254,10 +289,15 @@ impl IpLayer {
                     self.gro_deliver(now, tcp);
                     return;
                 }
+                // Part of a frame given as a shared buffer: a slice of it, no copy.
+                let bytes = match self.frame.as_ref().filter(|f| holds(f, payload)) {
+                    Some(f) => SegmentBytes::Shared(f.slice_ref(payload)),
+                    None => SegmentBytes::Borrowed(payload),
+                };
                 let seg = TcpSegmentIn {
                     src: ip.src,
                     dst: ip.dst,
-                    bytes: payload.into(),
+                    bytes,
                     csum_ok: false,
                     segs: 1,
                     gso_size: 0,
@@ -488,4 +528,11 @@ impl IpLayer {
             }
         }
     }
+}
+
+/// Does `part` lie within `buf` (so that `buf.slice_ref(part)` is a slice of it)?
+fn holds(buf: &Bytes, part: &[u8]) -> bool {
+    let start = buf.as_ptr() as usize;
+    let p = part.as_ptr() as usize;
+    p >= start && p + part.len() <= start + buf.len()
 }

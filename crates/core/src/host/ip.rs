@@ -34,7 +34,7 @@ use crate::ip::route::{IfaceId, Route, RouteError, RouteTable};
 use crate::params::{ParamError, Params};
 use crate::time::Instant;
 use crate::udp::UdpEndpoint;
-use std::borrow::Cow;
+use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -44,9 +44,10 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 pub struct TcpSegmentIn<'a> {
     pub src: Ipv4Addr,
     pub dst: Ipv4Addr,
-    /// TCP header and payload: borrowed from the datagram, or owned when receive-side
-    /// coalescing built it.
-    pub bytes: Cow<'a, [u8]>,
+    /// TCP header and payload: borrowed from the datagram, or a shared buffer (a slice
+    /// of a frame given as [`Bytes`], or a segment receive-side coalescing built), which
+    /// a sink that keeps the segment takes without a copy ([`SegmentBytes::into_bytes`]).
+    pub bytes: SegmentBytes<'a>,
     /// The checksum was verified (then the checksum field of a merged segment is stale
     /// and must not be checked); `false`: verify it.
     pub csum_ok: bool,
@@ -55,6 +56,37 @@ pub struct TcpSegmentIn<'a> {
     pub segs: u16,
     /// Payload bytes of each piece but the last (0 unless merged).
     pub gso_size: u16,
+}
+
+/// The bytes of a [`TcpSegmentIn`]: read them through `Deref`; keep them with
+/// [`SegmentBytes::into_bytes`], which copies only what was borrowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentBytes<'a> {
+    /// Part of a datagram the caller lent (`IpLayer::receive`, `receive_batch`).
+    Borrowed(&'a [u8]),
+    /// A shared buffer: part of a frame given as `Bytes`
+    /// (`IpLayer::receive_batch_bytes`), or a segment GRO built.
+    Shared(Bytes),
+}
+
+impl core::ops::Deref for SegmentBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            SegmentBytes::Borrowed(b) => b,
+            SegmentBytes::Shared(b) => b,
+        }
+    }
+}
+
+impl SegmentBytes<'_> {
+    /// The bytes as a shared buffer: a shared one as it is, a borrowed one copied.
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            SegmentBytes::Borrowed(b) => Bytes::copy_from_slice(b),
+            SegmentBytes::Shared(b) => b,
+        }
+    }
 }
 
 /// An ICMP destination unreachable quoting one of our TCP segments (RFC 5927: TCP
@@ -110,6 +142,9 @@ pub struct IpLayer {
     pub(crate) gro_batch: bool,
     /// GRO's output, reused from batch to batch.
     pub(crate) gro_out: Vec<GroSeg>,
+    /// The frame being taken in, when its owner gave it as a shared buffer
+    /// (`receive_batch_bytes`): a TCP segment in it reaches TCP as a slice of it.
+    pub(crate) frame: Option<Bytes>,
 }
 
 fn arp_config(p: &Params) -> ArpConfig {
@@ -157,6 +192,7 @@ impl IpLayer {
             gro: Gro::default(),
             gro_batch: false,
             gro_out: Vec::new(),
+            frame: None,
             params,
         }
     }

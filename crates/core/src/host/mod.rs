@@ -32,7 +32,7 @@ pub mod stats;
 mod tcp;
 mod udp;
 
-pub use ip::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
+pub use ip::{IpLayer, SegmentBytes, TcpIcmpError, TcpSegmentIn, TcpSink};
 pub use slab::Key;
 pub use stats::HostStats;
 

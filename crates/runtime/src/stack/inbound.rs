@@ -19,7 +19,7 @@ impl TcpSink for Inbound {
         self.0.push(InboundItem::Segment(Segment {
             src: s.src,
             dst: s.dst,
-            bytes: s.bytes.into_owned(),
+            bytes: s.bytes.into_bytes(),
             csum_ok: s.csum_ok,
             lo: false,
             segs: s.segs,

@@ -127,7 +127,9 @@ impl StackInner {
         frames: &mut Vec<Vec<u8>>,
     ) {
         self.with_ip(now, Some(p), |ip, tcp| {
-            ip.receive_batch(now, iface, frames.drain(..), tcp);
+            // Each frame as a shared buffer: a TCP segment reaches its squeue as a
+            // slice of its frame, not a copy.
+            ip.receive_batch_bytes(now, iface, frames.drain(..).map(bytes::Bytes::from), tcp);
             ip.run_loopback(now, tcp);
         });
     }

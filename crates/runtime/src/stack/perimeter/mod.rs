@@ -124,8 +124,10 @@ impl Connection {
 pub(crate) struct Segment {
     pub src: Ipv4Addr,
     pub dst: Ipv4Addr,
-    /// TCP header and payload.
-    pub bytes: Vec<u8>,
+    /// TCP header and payload: a shared buffer (a slice of the frame it came in, or
+    /// the buffer the sending connection built it in), so handing it to another squeue
+    /// or keeping it copies nothing.
+    pub bytes: bytes::Bytes,
     /// Checksum known good (loopback: never computed, as Linux `lo`; device segments
     /// coalesced on receive: verified piece by piece).
     pub csum_ok: bool,

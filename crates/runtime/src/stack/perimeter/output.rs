@@ -258,7 +258,7 @@ impl TcpPerimeter {
             let seg = Segment {
                 src: *local.ip(),
                 dst: *remote.ip(),
-                bytes,
+                bytes: bytes.into(),
                 csum_ok: true,
                 lo: true,
                 segs,
