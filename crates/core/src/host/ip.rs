@@ -25,13 +25,13 @@
 
 use super::stats::HostStats;
 use super::{Frame, Interface, Pending, PingReply, UdpId};
-use crate::host::slab::Slab;
 use crate::icmp::ratelimit::TokenBucket;
 use crate::ip::arp::{ArpCache, ArpConfig};
 use crate::ip::gro::{Gro, GroSeg};
 use crate::ip::reassembly::{ReasmConfig, Reassembler};
 use crate::ip::route::{IfaceId, Route, RouteError, RouteTable};
 use crate::params::{ParamError, Params};
+use crate::slab::Slab;
 use crate::time::Instant;
 use crate::udp::UdpEndpoint;
 use std::borrow::Cow;

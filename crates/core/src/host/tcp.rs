@@ -9,10 +9,10 @@
 
 use super::ip::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
 use super::output::{datagram_buffer, plain_header, HEADROOM};
-use super::slab::Slab;
 use super::stats::TcpStats;
 use super::{ConnId, Host, ListenerId, SocketEvent};
 use crate::icmp::ratelimit::TokenBucket;
+use crate::slab::Slab;
 use crate::tcp::endpoint::{self, Action, Arrival, Context, Endpoint, ListenerView, Route};
 use crate::tcp::isn::IsnGenerator;
 use crate::tcp::tcb::ConnSpec;

@@ -5,7 +5,7 @@
 
 use super::{Connection, TcpPerimeter};
 use crate::stack::{Probe, StackInner};
-use ember_core::host::Key;
+use ember_core::slab::Key;
 use ember_core::tcp::{Tcb, TcpError};
 use ember_core::time::Instant;
 use std::io;
