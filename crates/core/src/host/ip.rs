@@ -51,7 +51,7 @@ pub struct TcpSegmentIn<'a> {
     /// and must not be checked); `false`: verify it.
     pub csum_ok: bool,
     /// Wire segments it stands for (1 unless merged by GRO): give it to
-    /// [`crate::tcp::Tcb::on_segment_gro`] with `segs` and `gso_size`.
+    /// [`crate::tcp::Tcb::handle_segment_gro`] with `segs` and `gso_size`.
     pub segs: u16,
     /// Payload bytes of each piece but the last (0 unless merged).
     pub gso_size: u16,

@@ -325,7 +325,7 @@ impl Host {
             let id = ConnId(key);
             if let Some(c) = self.tcp.conns.get_mut(key) {
                 c.timer = None;
-                c.tcb.on_timeout(now);
+                c.tcb.handle_timeout(now);
             }
             self.tcp.flush_conn(&mut self.ip, now, id);
         }

@@ -71,14 +71,14 @@ impl Tcb {
     /// A segment for this connection arrived (RFC 9293 §3.10.7.3 SYN-SENT,
     /// §3.10.7.4 other states). `payload` is the segment text. While fused only a RST
     /// is processed.
-    pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
-        self.on_segment_pieces(now, seg, payload, Pieces::ONE);
+    pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+        self.handle_segment_pieces(now, seg, payload, Pieces::ONE);
     }
 
     /// A segment that stands for `segs` wire segments of the same header, each carrying
     /// `gso_size` bytes of `payload` (the last possibly fewer): what receive-side
     /// coalescing (`ip/gro.rs`) makes of consecutive in-order segments. Processed as
-    /// [`Tcb::on_segment`] processes one segment, except that `segs_in` and the other
+    /// [`Tcb::handle_segment`] processes one segment, except that `segs_in` and the other
     /// receive counters count the wire segments, the peer's MSS is learnt from
     /// `gso_size` (never from the merged length), and the peer gets the ACKs the pieces
     /// would have drawn one by one (RFC 5681 §4.2, RFC 9293 §3.8.6.3, §3.10.7.4): every
@@ -86,8 +86,8 @@ impl Tcb {
     /// out-of-order or out-of-window piece. All but the last are owed (`owed_acks`) and
     /// leave first from `poll_transmit`, each with the window it would have advertised;
     /// the last is the segment's own ACK decision. A `segs`/`gso_size` pair that does not describe `payload` (e.g.
-    /// `segs` = 1) makes this the same as [`Tcb::on_segment`].
-    pub fn on_segment_gro(
+    /// `segs` = 1) makes this the same as [`Tcb::handle_segment`].
+    pub fn handle_segment_gro(
         &mut self,
         now: Instant,
         seg: &TcpRepr,
@@ -96,10 +96,10 @@ impl Tcb {
         gso_size: u16,
     ) {
         let p = Pieces::of(segs, gso_size, payload.len());
-        self.on_segment_pieces(now, seg, payload, p);
+        self.handle_segment_pieces(now, seg, payload, p);
     }
 
-    fn on_segment_pieces(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8], p: Pieces) {
+    fn handle_segment_pieces(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8], p: Pieces) {
         self.stats.segs_in += u64::from(p.n);
         if self.fused && !seg.flags.rst() {
             // Fused (see `fusion.rs`): the peer sends no segments, so anything but its
@@ -136,13 +136,13 @@ impl Tcb {
         }
         match self.state {
             State::Closed | State::Listen => {}
-            State::SynSent => self.on_segment_syn_sent(now, seg, payload),
-            _ => self.on_segment_synchronized(now, seg, payload, p),
+            State::SynSent => self.handle_segment_syn_sent(now, seg, payload),
+            _ => self.handle_segment_synchronized(now, seg, payload, p),
         }
     }
 
     /// RFC 9293 §3.10.7.3: SYN-SENT.
-    fn on_segment_syn_sent(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+    fn handle_segment_syn_sent(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
         let f = seg.flags;
         let ack = SeqNum(seg.ack);
         // First: check the ACK bit.
@@ -226,7 +226,7 @@ impl Tcb {
     }
 
     /// RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states.
-    fn on_segment_synchronized(
+    fn handle_segment_synchronized(
         &mut self,
         now: Instant,
         seg: &TcpRepr,
@@ -359,7 +359,7 @@ impl Tcb {
                 // socket that called shutdown(SHUT_WR) still wants to know). SYN-RECEIVED
                 // reached by a simultaneous open reports "connection refused" as RFC 9293
                 // says (MUST-11; Linux reports ECONNRESET there); SYN-SENT's ECONNREFUSED
-                // is in `on_segment_syn_sent`. TIME-WAIT has nobody left to tell.
+                // is in `handle_segment_syn_sent`. TIME-WAIT has nobody left to tell.
                 match self.state {
                     State::SynReceived if self.passive => {
                         // Back to LISTEN: the half-open connection just goes away.

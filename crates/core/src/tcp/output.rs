@@ -124,7 +124,7 @@ impl Tcb {
             }
             _ => {}
         }
-        // The ACKs a coalesced segment's pieces would have drawn (`on_segment_gro`), in
+        // The ACKs a coalesced segment's pieces would have drawn (`handle_segment_gro`), in
         // order, before anything that acknowledges more.
         if let Some(point) = self.owed_acks.pop_front() {
             return Some(self.build_owed_ack(now, point));
@@ -456,7 +456,7 @@ impl Tcb {
         }
         if (self.cork || self.more) && len == unsent {
             if self.timers.is_expired(Timer::Cork, now) {
-                // Released by the cork timer: a push (see `on_timeout`).
+                // Released by the cork timer: a push (see `handle_timeout`).
                 self.nopush_end = None;
             }
             self.timers.stop(Timer::Cork);
@@ -918,7 +918,7 @@ mod tests {
             let mut p = vec![0; o.payload_len()];
             o.copy_payload(&mut p);
             let r = o.repr;
-            to.on_segment(now, &r, &p);
+            to.handle_segment(now, &r, &p);
         }
     }
 

@@ -1115,7 +1115,7 @@ impl Tcb {
         self.state.is_synchronized() && self.snd_una != self.snd_nxt
     }
 
-    /// The reorder timer expired (run by `on_timeout`).
+    /// The reorder timer expired (run by `handle_timeout`).
     pub(super) fn rack_on_reorder_timeout(&mut self, now: Instant) {
         if self.rack_timers_live() && self.rack_active() {
             // RFC 8985 §6.3: RACK_detect_loss_and_arm_timer().
@@ -1123,7 +1123,7 @@ impl Tcb {
         }
     }
 
-    /// The probe timeout expired (run by `on_timeout`).
+    /// The probe timeout expired (run by `handle_timeout`).
     pub(super) fn rack_on_probe_timeout(&mut self, now: Instant) {
         if self.rack_timers_live()
             && self.tlp_active()

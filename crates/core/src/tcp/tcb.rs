@@ -341,9 +341,9 @@ pub struct Tcb {
     pub(super) ack_now: bool,
     pub(super) rcv_unacked_bytes: u32,
     pub(super) quickack: u32,
-    /// ACKs the pieces of a coalesced segment (`on_segment_gro`) would have drawn before
+    /// ACKs the pieces of a coalesced segment (`handle_segment_gro`) would have drawn before
     /// its last one, still to be sent, so the peer sees the ACKs it would have seen.
-    /// ACKs the pieces of a coalesced segment (`on_segment_gro`) would have drawn before
+    /// ACKs the pieces of a coalesced segment (`handle_segment_gro`) would have drawn before
     /// its last one, still to be sent (acknowledgment numbers, in order), so the peer sees
     /// the ACKs it would have seen. At most [`MAX_OWED_ACKS`]; unallocated until a
     /// coalesced segment arrives.
@@ -1258,7 +1258,7 @@ impl Tcb {
     // ----------------------------------------------------------------------------------
 
     /// Events since the last call.
-    pub fn take_events(&mut self) -> Events {
+    pub fn poll_events(&mut self) -> Events {
         core::mem::take(&mut self.events)
     }
 
@@ -1475,7 +1475,7 @@ mod tests {
         let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
         let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
         assert_eq!(synack.options.mss, Some(1460), "the peer's own MSS");
-        a.on_segment(T0, &synack, &[]);
+        a.handle_segment(T0, &synack, &[]);
         let i = a.info();
         assert_eq!((i.adv_mss, i.user_mss, i.pmtu), (1100, Some(1100), 1500));
         // Timestamps were negotiated: 12 option bytes come off every segment.
@@ -1492,9 +1492,9 @@ mod tests {
         let syn = a.poll_transmit(T0).expect("SYN").repr;
         let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
         let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
-        a.on_segment(T0, &synack, &[]);
+        a.handle_segment(T0, &synack, &[]);
         let ack = a.poll_transmit(T0).expect("ACK").repr;
-        b.on_segment(T0, &ack, &[]);
+        b.handle_segment(T0, &ack, &[]);
         let t1 = T0 + Duration::from_millis(30);
         assert_eq!(a.send(t1, &[7; 300]), Ok(300));
         let (seg, data) = {
@@ -1503,7 +1503,7 @@ mod tests {
             o.copy_payload(&mut v);
             (o.repr, v)
         };
-        b.on_segment(t1, &seg, &data);
+        b.handle_segment(t1, &seg, &data);
         let ia = a.info();
         let ib = b.info();
         assert_eq!((ia.ca_state, ib.ca_state), (CA_OPEN, CA_OPEN));
@@ -1531,7 +1531,7 @@ mod tests {
     fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
         let mut out = Vec::new();
         for (r, p) in segs {
-            t.on_segment(now, r, p);
+            t.handle_segment(now, r, p);
             out.extend(drain(t, now));
         }
         out
@@ -1570,7 +1570,7 @@ mod tests {
         let t2 = t + Duration::from_millis(10);
         let acks = feed(&mut b, t2, &segs[1..]);
         for (r, p) in &acks {
-            a.on_segment(t2, r, p);
+            a.handle_segment(t2, r, p);
         }
         let i = a.info();
         assert_eq!(i.ca_state, CA_RECOVERY);
@@ -1622,7 +1622,7 @@ mod tests {
         let dupacks = feed(&mut b, t2, &segs[1..]);
         let mut rtx = Vec::new();
         for (r, p) in &dupacks {
-            a.on_segment(t2, r, p);
+            a.handle_segment(t2, r, p);
             rtx.extend(
                 drain(&mut a, t2)
                     .into_iter()
@@ -1655,7 +1655,7 @@ mod tests {
                 break;
             }
             now = a.poll_timeout().expect("a timer runs");
-            a.on_timeout(now);
+            a.handle_timeout(now);
             if a.info().ca_state != CA_LOSS {
                 sent.extend(drain(&mut a, now));
             }
@@ -1693,7 +1693,7 @@ mod tests {
         synack.ack = 1001;
         synack.window = win;
         synack.options.mss = Some(1000);
-        a.on_segment(T0, &synack, &[]);
+        a.handle_segment(T0, &synack, &[]);
         drain(&mut a, T0);
         assert_eq!(a.state(), State::Established);
         a
@@ -1705,7 +1705,7 @@ mod tests {
         (r.src_port, r.dst_port) = (B.port(), A.port());
         r.ack = ack;
         r.window = win;
-        a.on_segment(now, &r, &[]);
+        a.handle_segment(now, &r, &[]);
         drain(a, now)
     }
 

@@ -2,7 +2,7 @@
 //! (§3.8.6.1), delayed ACK (§3.8.6.3), keepalive (§3.8.4), TIME-WAIT and the FIN-WAIT-2
 //! limit, the TCP_CORK limit, and RACK-TLP's reorder timer and probe timeout (RFC 8985
 //! §6.3, §7.2). Each is an optional deadline in one [`TimerTable`] keyed by [`Timer`];
-//! [`Tcb::poll_timeout`] returns the earliest and [`Tcb::on_timeout`] runs every one
+//! [`Tcb::poll_timeout`] returns the earliest and [`Tcb::handle_timeout`] runs every one
 //! that is due, in the fixed order of [`Timer::ALL`].
 
 use core::ops::ControlFlow;
@@ -18,7 +18,7 @@ const ORPHAN_PROBES: u32 = 8;
 
 /// One of a connection's timers.
 ///
-/// The declaration order is the order in which [`Tcb::on_timeout`] runs the timers due
+/// The declaration order is the order in which [`Tcb::handle_timeout`] runs the timers due
 /// at the same instant, and the order in which [`TimerTable::next`] breaks ties. It
 /// matters: a handler may stop or rearm a timer that runs after it (the probe timeout
 /// rearms the retransmission timer; a retransmission timeout stops the reorder timer),
@@ -138,7 +138,7 @@ impl TimerTable {
     }
 
     /// The timers due at `now`, in firing order: a snapshot, as the table is now.
-    /// ([`Tcb::on_timeout`] looks at each timer only when its turn comes, since the
+    /// ([`Tcb::handle_timeout`] looks at each timer only when its turn comes, since the
     /// handlers before it may have stopped or rearmed it.)
     pub fn expired(&self, now: Instant) -> impl Iterator<Item = Timer> + '_ {
         Timer::ALL
@@ -148,7 +148,7 @@ impl TimerTable {
 }
 
 impl Tcb {
-    /// The earliest instant at which [`Tcb::on_timeout`] has work to do. `None` while
+    /// The earliest instant at which [`Tcb::handle_timeout`] has work to do. `None` while
     /// fused: a fused connection runs no timer at all (see `fusion.rs`).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.fused {
@@ -166,7 +166,7 @@ impl Tcb {
     /// Runs every timer that is due at `now`, in the order of [`Timer::ALL`]; each is
     /// looked at only when its turn comes, after the handlers before it ran. Does
     /// nothing while fused.
-    pub fn on_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         if self.fused {
             return;
         }
@@ -525,7 +525,7 @@ mod tests {
     fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
         let mut out = Vec::new();
         for (r, p) in segs {
-            t.on_segment(now, r, p);
+            t.handle_segment(now, r, p);
             out.extend(drain(t, now));
         }
         out
@@ -555,7 +555,7 @@ mod tests {
     /// timer still runs after them. Run in another order, the RTO would fire first and
     /// cancel the probe (`timeouts` 1, no probe).
     #[test]
-    fn on_timeout_runs_the_due_timers_in_firing_order() {
+    fn handle_timeout_runs_the_due_timers_in_firing_order() {
         let (mut a, _b) = pair();
         let t = T0 + Duration::from_millis(20);
         assert_eq!(a.send(t, &[7; 100]), Ok(100));
@@ -570,7 +570,7 @@ mod tests {
         a.timers.set(Timer::State, due + Duration::from_secs(1));
         // A snapshot of what is due now: everything but the state timer.
         assert_eq!(a.timers().expired(due).count(), Timer::COUNT - 1);
-        a.on_timeout(due);
+        a.handle_timeout(due);
         let st = a.stats();
         assert_eq!(st.acks_delayed, 1, "the delayed ACK ran");
         assert_eq!(st.timeouts, 0, "the probe replaced the RTO");
@@ -612,10 +612,10 @@ mod tests {
         let due = a.timers.get(Timer::State).expect("FIN-WAIT-2 limit");
         a.timers.set(Timer::DelayedAck, due);
         a.timers.set(Timer::Persist, due);
-        a.take_events();
-        a.on_timeout(due);
+        a.poll_events();
+        a.handle_timeout(due);
         assert_eq!(a.state(), State::Closed);
-        assert!(a.take_events().contains(Events::CLOSED));
+        assert!(a.poll_events().contains(Events::CLOSED));
         assert_eq!(a.stats().acks_delayed, 0, "the delayed ACK did not run");
         assert_eq!(a.persist_backoff, 0, "the persist timer did not run");
         assert_eq!(a.poll_timeout(), None);
@@ -634,7 +634,7 @@ mod tests {
         a.timers.stop(Timer::TailLossProbe);
         a.timers.set(Timer::Retransmit, due);
         a.timers.set(Timer::Persist, due);
-        a.on_timeout(due);
+        a.handle_timeout(due);
         assert_eq!(a.state(), State::Closed);
         assert_eq!(a.error, Some(TcpError::TimedOut));
         assert_eq!(a.persist_backoff, 0, "the persist timer did not run");

@@ -19,7 +19,7 @@ impl TcpPerimeter {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        let ev = c.tcb.take_events();
+        let ev = c.tcb.poll_events();
         let closed = c.tcb.is_closed();
         let state = c.tcb.state();
         if state != c.last_state {

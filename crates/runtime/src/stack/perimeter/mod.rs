@@ -254,7 +254,7 @@ impl Perimeter for TcpPerimeter {
             did = true;
             if let Some(c) = self.conns.get_mut(k) {
                 c.timer = None;
-                c.tcb.on_timeout(now);
+                c.tcb.handle_timeout(now);
             }
             self.flush(&stack, now, k);
         }
