@@ -336,7 +336,7 @@ impl Tcb {
         if writer.fused_flow.reader_space(
             self.fused_free() as usize,
             self.rcv_cap as usize,
-            writer.set.sndlowat as usize,
+            writer.settings.sndlowat as usize,
             self.fused_can_receive(),
         ) {
             writer.events.insert(Events::WRITABLE);
@@ -411,7 +411,7 @@ impl Tcb {
         self.keepalive_sent = 0;
         self.timers.set_or_stop(
             Timer::Keepalive,
-            self.keepalive.then(|| now + self.set.keepalive_idle),
+            self.keepalive.then(|| now + self.settings.keepalive_idle),
         );
     }
 
@@ -1039,7 +1039,7 @@ mod tests {
         Tcb::unfuse_pair(later, &mut a, &mut b);
         assert_eq!(
             a.poll_timeout(),
-            Some(later + a.set.keepalive_idle),
+            Some(later + a.settings.keepalive_idle),
             "keepalive re-armed"
         );
         assert_eq!(b.poll_timeout(), None);
@@ -1177,7 +1177,7 @@ mod tests {
         shuttle(&mut a, &mut b, now);
         assert_eq!(a.state(), State::TimeWait);
         assert!(b.is_closed());
-        now += a.set.time_wait;
+        now += a.settings.time_wait;
         a.handle_timeout(now);
         assert!(a.is_closed());
         assert_clean(&a);
@@ -1202,7 +1202,7 @@ mod tests {
         // Simultaneous close: both pass through CLOSING to TIME-WAIT.
         assert_eq!(a.state(), State::TimeWait);
         assert_eq!(b.state(), State::TimeWait);
-        now += a.set.time_wait;
+        now += a.settings.time_wait;
         a.handle_timeout(now);
         b.handle_timeout(now);
         assert!(a.is_closed() && b.is_closed());

@@ -108,7 +108,7 @@ impl Tcb {
             return;
         }
         if self.ack_now
-            && !self.set.gro_stretch_acks
+            && !self.settings.gro_stretch_acks
             && matches!(
                 self.state,
                 State::Established
@@ -217,7 +217,7 @@ impl Tcb {
         self.last_rcv_data = now;
         if self.keepalive {
             self.timers
-                .set(Timer::Keepalive, now + self.set.keepalive_idle);
+                .set(Timer::Keepalive, now + self.settings.keepalive_idle);
         }
         if self.fin_queued {
             // shutdown() while the handshake was in progress.
@@ -345,7 +345,7 @@ impl Tcb {
         if self.keepalive && self.state.is_synchronized() {
             self.keepalive_sent = 0;
             self.timers
-                .set(Timer::Keepalive, now + self.set.keepalive_idle);
+                .set(Timer::Keepalive, now + self.settings.keepalive_idle);
         }
 
         // Second: the RST bit (RFC 5961 §3.2).
@@ -465,7 +465,7 @@ impl Tcb {
                 if seq == self.rcv_nxt && seg_len == 0 {
                     // The bare ACK at RCV.NXT (e.g. the peer's ACK of our FIN, again):
                     // taken silently, and the 2 MSL wait starts over, as on Linux.
-                    self.timers.set(Timer::State, now + self.set.time_wait);
+                    self.timers.set(Timer::State, now + self.settings.time_wait);
                 } else {
                     self.time_wait_answer(now, seg_len, true);
                 }
@@ -490,7 +490,7 @@ impl Tcb {
     /// over (the peer is still there).
     fn time_wait_answer(&mut self, now: Instant, seg_len: u32, restart: bool) {
         if restart {
-            self.timers.set(Timer::State, now + self.set.time_wait);
+            self.timers.set(Timer::State, now + self.settings.time_wait);
         }
         if seg_len > 0 {
             self.ack_now = true;
@@ -523,7 +523,7 @@ impl Tcb {
     }
 
     fn invalid_rate_limited(&mut self, now: Instant) -> bool {
-        let gap = self.set.invalid_ratelimit;
+        let gap = self.settings.invalid_ratelimit;
         if let Some(last) = self.last_invalid_ack {
             if !gap.is_zero() && now.saturating_duration_since(last) < gap && now >= last {
                 return true;
@@ -575,7 +575,7 @@ impl Tcb {
                 n += 1;
             }
             let (una, nxt) = (ack.max(self.snd_una), self.snd_nxt);
-            let sb = self.sb.get_mut(self.set.sack_max_ranges as usize);
+            let sb = self.sb.get_mut(self.settings.sack_max_ranges as usize);
             let forgotten = sb.forgotten();
             let d = sb.update(una, nxt, &blocks[..n]);
             newly_sacked = d.newly_sacked;
@@ -629,7 +629,7 @@ impl Tcb {
             self.stats.rack_losses > prior_losses
         } else {
             self.sb
-                .is_lost(self.snd_una, self.mss(), self.set.dupthresh)
+                .is_lost(self.snd_una, self.mss(), self.settings.dupthresh)
         };
         self.prr_on_ack(delivered_data, acked > 0, new_loss);
         // Idle again: RACK's records, the scoreboard and PRR's episode go.
@@ -641,7 +641,8 @@ impl Tcb {
                 State::FinWait1 => {
                     self.state = State::FinWait2;
                     if self.app_closed {
-                        self.timers.set(Timer::State, now + self.set.fin_wait_2);
+                        self.timers
+                            .set(Timer::State, now + self.settings.fin_wait_2);
                     }
                 }
                 State::Closing => self.enter_time_wait(now),
@@ -732,7 +733,7 @@ impl Tcb {
         }
         self.high_rxt = self.high_rxt.max(self.snd_una);
 
-        if self.send_space() >= self.set.sndlowat as usize && n > 0 {
+        if self.send_space() >= self.settings.sndlowat as usize && n > 0 {
             self.events.insert(Events::WRITABLE);
             self.info_state.snd_nospace = false;
         }
@@ -807,10 +808,11 @@ impl Tcb {
                     return;
                 }
                 let lost_head =
-                    self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.set.dupthresh);
+                    self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.settings.dupthresh);
                 // RFC 6675 §5 / RFC 6582 §3.2 step 1: no new recovery until the previous
                 // recovery point was acknowledged.
-                if (self.dupacks >= self.set.dupthresh || lost_head) && self.snd_una >= self.recover
+                if (self.dupacks >= self.settings.dupthresh || lost_head)
+                    && self.snd_una >= self.recover
                 {
                     self.enter_fast_recovery(now, prior_in_flight);
                 }
@@ -839,7 +841,7 @@ impl Tcb {
             self.reno_cwnd = self
                 .cc
                 .ssthresh()
-                .saturating_add(self.set.dupthresh.saturating_mul(mss));
+                .saturating_add(self.settings.dupthresh.saturating_mul(mss));
         }
     }
 
@@ -982,7 +984,7 @@ impl Tcb {
                 // The peer's segment size: a merged segment's pieces, never its length.
                 let piece = if pieces.n > 1 { pieces.size } else { n };
                 self.rcv_mss = self.rcv_mss.max(piece.min(self.adv_mss));
-                if pieces.n > 1 && !self.set.gro_stretch_acks {
+                if pieces.n > 1 && !self.settings.gro_stretch_acks {
                     // The ACKs the pieces before the last would have drawn, owed to the
                     // peer; what the last piece draws is decided below as for any segment.
                     self.owe_in_order_acks(seq, seq.since(seg_seq), n, pieces);
@@ -1029,7 +1031,8 @@ impl Tcb {
                 } else if self.rcv_unacked_bytes > self.rcv_mss {
                     self.ack_now = true;
                 } else if !self.timers.is_armed(Timer::DelayedAck) {
-                    self.timers.set(Timer::DelayedAck, now + self.set.delack);
+                    self.timers
+                        .set(Timer::DelayedAck, now + self.settings.delack);
                 }
                 if beyond > 0 {
                     // The pieces beyond the window each drew an ACK of what the window
@@ -1147,7 +1150,7 @@ impl Tcb {
         self.timers.stop(Timer::Keepalive);
         self.timers.stop(Timer::Cork);
         self.probe_pending = false;
-        self.timers.set(Timer::State, now + self.set.time_wait);
+        self.timers.set(Timer::State, now + self.settings.time_wait);
         self.events.insert(Events::READABLE);
     }
 }

@@ -925,7 +925,7 @@ impl Tcb {
     /// RACK runs on this connection: enabled and SACK negotiated (RFC 8985 §4 needs
     /// SACK to learn what was delivered).
     pub(super) fn rack_active(&self) -> bool {
-        self.set.rack && self.sack_ok
+        self.settings.rack && self.sack_ok
     }
 
     /// RACK decides what is lost (replacing RFC 6675's DupThresh rules): it runs and its
@@ -937,11 +937,11 @@ impl Tcb {
     }
 
     fn tlp_active(&self) -> bool {
-        self.set.tlp && self.sack_ok
+        self.settings.tlp && self.sack_ok
     }
 
     pub(super) fn rack_tracking(&self) -> bool {
-        self.sack_ok && (self.set.rack || self.set.tlp)
+        self.sack_ok && (self.settings.rack || self.settings.tlp)
     }
 
     /// Output sent `[seq, end)` (sequence space, FIN included).
@@ -986,7 +986,7 @@ impl Tcb {
             &self.sb,
             min_rtt,
             mss,
-            self.set.dupthresh,
+            self.settings.dupthresh,
         );
         self.info_state.delivered = self
             .info_state
@@ -1052,7 +1052,7 @@ impl Tcb {
         let in_rec = self.recovery != Recovery::Open;
         let reo = self.rack.reo_wnd(
             in_rec,
-            self.set.dupthresh,
+            self.settings.dupthresh,
             self.rtt.min_rtt(),
             self.rtt.srtt(),
         );
@@ -1267,7 +1267,7 @@ impl Tcb {
     pub fn rack_info(&self) -> (u32, u32, bool) {
         (
             self.rack.lost_segments(),
-            self.rack.reordering().max(self.set.dupthresh),
+            self.rack.reordering().max(self.settings.dupthresh),
             self.rack.reordering_seen(),
         )
     }

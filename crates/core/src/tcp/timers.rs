@@ -244,7 +244,7 @@ impl Tcb {
         match self.state {
             State::SynSent | State::SynReceived => {
                 // R2 for a SYN (RFC 9293 §3.8.3, MUST-20/21).
-                let limit = self.user_timeout.unwrap_or(self.set.abort_cinterval);
+                let limit = self.user_timeout.unwrap_or(self.settings.abort_cinterval);
                 if elapsed >= limit {
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
                     self.fail(e);
@@ -269,7 +269,7 @@ impl Tcb {
                     return;
                 }
                 // R2 (RFC 9293 §3.8.3) or TCP_USER_TIMEOUT (RFC 5482).
-                let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
+                let limit = self.user_timeout.unwrap_or(self.settings.abort_interval);
                 if elapsed >= limit {
                     // A soft error seen meanwhile explains the timeout better.
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
@@ -316,7 +316,7 @@ impl Tcb {
         if !self.state.may_have_outstanding() {
             return;
         }
-        let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
+        let limit = self.user_timeout.unwrap_or(self.settings.abort_interval);
         if self.persist_backoff > 0 && now.saturating_duration_since(self.last_rcv) >= limit {
             self.fail(TcpError::TimedOut);
             return;
@@ -344,18 +344,20 @@ impl Tcb {
             return;
         }
         let idle = now.saturating_duration_since(self.last_rcv);
-        if self.keepalive_sent == 0 && idle < self.set.keepalive_idle {
-            self.timers
-                .set(Timer::Keepalive, self.last_rcv + self.set.keepalive_idle);
+        if self.keepalive_sent == 0 && idle < self.settings.keepalive_idle {
+            self.timers.set(
+                Timer::Keepalive,
+                self.last_rcv + self.settings.keepalive_idle,
+            );
             return;
         }
         if self.snd_una != self.snd_nxt {
             // Data is outstanding: the retransmission timer watches the connection.
             self.timers
-                .set(Timer::Keepalive, now + self.set.keepalive_idle);
+                .set(Timer::Keepalive, now + self.settings.keepalive_idle);
             return;
         }
-        if self.keepalive_sent >= self.set.keepalive_probes {
+        if self.keepalive_sent >= self.settings.keepalive_probes {
             // Given up: ETIMEDOUT, and a RST to the peer in case it is alive after all
             // but cannot answer (as Linux's tcp_keepalive_timer: tcp_send_active_reset,
             // then tcp_write_err). The RST leaves from output, as an abort's does.
@@ -372,7 +374,7 @@ impl Tcb {
         self.keepalive_sent += 1;
         self.probe_pending = true;
         self.timers
-            .set(Timer::Keepalive, now + self.set.keepalive_intvl);
+            .set(Timer::Keepalive, now + self.settings.keepalive_intvl);
     }
 }
 
@@ -545,7 +547,10 @@ mod tests {
             (a.state(), b.state()),
             (State::Established, State::Established)
         );
-        assert!(a.sack_ok && a.set.tlp, "the test needs the probe timeout");
+        assert!(
+            a.sack_ok && a.settings.tlp,
+            "the test needs the probe timeout"
+        );
         (a, b)
     }
 
