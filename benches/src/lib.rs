@@ -30,7 +30,7 @@
 //! connection locations ([`tuple()`], [`absent_tuple`], [`conn_locs`]) and a trivial squeue
 //! perimeter ([`Counter`]).
 
-use ember_core::host::slab::Slab;
+use ember_core::slab::Slab;
 use ember_core::wire::{
     ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpFlags, TcpOptions, TcpRepr, WireError,
     ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,

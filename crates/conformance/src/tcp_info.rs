@@ -246,7 +246,7 @@ mod tests {
         let mut s = Tcb::accept(t0, spec(b, a, 5000), TcpSettings::default(), &syn);
         let synack = s.poll_transmit(t0).expect("SYN,ACK").repr;
         let t1 = t0 + Duration::from_millis(10);
-        c.on_segment(t1, &synack, &[]);
+        c.handle_segment(t1, &synack, &[]);
         let info = c.info();
         for n in TCPI_FIELDS {
             assert!(tcpi(n, &info, t1).is_some(), "{n}");

@@ -25,6 +25,7 @@ pub mod host;
 pub mod icmp;
 pub mod ip;
 pub mod params;
+pub mod slab;
 pub mod tcp;
 pub mod time;
 pub mod udp;

@@ -701,7 +701,7 @@ fn synack_retransmission_keeps_right_edge() {
     let mut rst = syn;
     rst.flags = TcpFlags::RST;
     rst.seq = irs + 1 + 100;
-    t.on_segment(now, &rst, &[]);
+    t.handle_segment(now, &rst, &[]);
     drain(&mut t, now, &mut sent);
     let ack = sent.last().expect("challenge ACK");
     assert_eq!(ack.flags, TcpFlags::ACK);
@@ -713,7 +713,7 @@ fn synack_retransmission_keeps_right_edge() {
     );
     // The SYN,ACK times out and is sent again.
     let later = t.poll_timeout().expect("SYN,ACK timer");
-    t.on_timeout(later);
+    t.handle_timeout(later);
     drain(&mut t, later, &mut sent);
     assert!(
         sent.last().expect("rtx").flags.syn(),
@@ -725,11 +725,11 @@ fn synack_retransmission_keeps_right_edge() {
     a.flags = TcpFlags::ACK;
     a.seq = irs + 1;
     a.ack = 1_001;
-    t.on_segment(later, &a, &[]);
+    t.handle_segment(later, &a, &[]);
     assert_eq!(t.state(), State::Established);
     let mut d = a;
     d.seq = irs + 1 + 100_000;
-    t.on_segment(later, &d, &[0x11; 1000]);
+    t.handle_segment(later, &d, &[0x11; 1000]);
     assert!(100_000 + 1000 <= offered);
     assert_eq!(
         t.info().ooo_bytes,
@@ -766,7 +766,7 @@ fn synack_text_is_delivered() {
         urgent: 0,
         options: opts(Some(1460), None, false, None),
     };
-    t.on_segment(now, &synack, b"hello");
+    t.handle_segment(now, &synack, b"hello");
     assert_eq!(t.state(), State::Established);
     let mut acks = Vec::new();
     while let Some(o) = t.poll_transmit(now) {
@@ -832,7 +832,7 @@ impl SackVictim {
             urgent: 0,
             options: opts(Some(1460), Some(7), true, Some((1, 0))),
         };
-        tcb.on_segment(now, &synack, &[]);
+        tcb.handle_segment(now, &synack, &[]);
         assert_eq!(tcb.state(), State::Established);
         let mut v = SackVictim {
             tcb,
@@ -911,7 +911,7 @@ impl SackVictim {
             urgent: 0,
             options: o,
         };
-        self.tcb.on_segment(self.now, &r, &[]);
+        self.tcb.handle_segment(self.now, &r, &[]);
         self.flush();
     }
 
@@ -922,7 +922,7 @@ impl SackVictim {
                 break;
             }
             self.now = self.now.max(t);
-            self.tcb.on_timeout(self.now);
+            self.tcb.handle_timeout(self.now);
             self.flush();
         }
         self.now = end;
@@ -1153,7 +1153,7 @@ proptest! {
             match t.poll_timeout() {
                 Some(d) => {
                     now = now.max(d);
-                    t.on_timeout(now);
+                    t.handle_timeout(now);
                 }
                 None => break,
             }

@@ -247,7 +247,7 @@ fn dsack_block_second_when_a_later_segment_arrived_first() {
     for (s, e) in [(220, 280), (600, 700)] {
         let mut seg = p.seg(TcpFlags::ACK, (e - s) as usize);
         seg.seq = abs(s, 0);
-        o.tcb.on_segment(o.now, &seg, &data(s, e));
+        o.tcb.handle_segment(o.now, &seg, &data(s, e));
     }
     o.flush();
     let out = o.take_all();

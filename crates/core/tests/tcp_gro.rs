@@ -1,4 +1,4 @@
-//! A segment merged by receive-side coalescing (`Tcb::on_segment_gro`, `ip::gro`) against
+//! A segment merged by receive-side coalescing (`Tcb::handle_segment_gro`, `ip::gro`) against
 //! the same wire segments arriving one by one: the peer sees the same ACKs (ACK behaviour
 //! unchanged from the peer's point of view): as many, in the same order, with the same
 //! cumulative ACKs and timestamps, windows within a segment of theirs, and the
@@ -68,7 +68,7 @@ fn merged(o: &mut One, peer: &Peer, seq: u32, pieces: &[usize]) -> Vec<Seg> {
     p.seq = seq;
     let repr = p.seg(TcpFlags::ACK, total);
     let now = o.now;
-    o.tcb.on_segment_gro(
+    o.tcb.handle_segment_gro(
         now,
         &repr,
         &bytes(seq, total),
@@ -344,9 +344,9 @@ fn a_description_that_does_not_fit_is_one_segment() {
     let repr = peer.seg(TcpFlags::ACK, 3000);
     let data = bytes(PBASE, 3000);
     let now = a.now;
-    a.tcb.on_segment(now, &repr, &data);
+    a.tcb.handle_segment(now, &repr, &data);
     // 3 x 100 cannot make 3000 bytes.
-    b.tcb.on_segment_gro(now, &repr, &data, 3, 100);
+    b.tcb.handle_segment_gro(now, &repr, &data, 3, 100);
     a.flush();
     b.flush();
     let (ia, ib) = (a.tcb.info(), b.tcb.info());

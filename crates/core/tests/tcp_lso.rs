@@ -89,7 +89,7 @@ fn data_segs(o: &One) -> u64 {
 fn ack(o: &mut One, p: &Peer, off: u32) {
     let mut p = p.clone();
     p.ack = BASE + off;
-    o.tcb.on_segment(o.now, &p.ack_seg(), &[]);
+    o.tcb.handle_segment(o.now, &p.ack_seg(), &[]);
 }
 
 fn ms(n: u64) -> Duration {
@@ -284,7 +284,7 @@ fn rack_records_pieces_and_retransmits_one_piece() {
         let mut q = p.clone();
         q.ack = BASE;
         let seg = q.sack(&[(BASE + MSS, BASE + k * MSS)]);
-        o.tcb.on_segment(o.now, &seg, &[]);
+        o.tcb.handle_segment(o.now, &seg, &[]);
     }
     let r = drain(&mut o);
     let rtx: Vec<_> = r.iter().filter(|s| s.len > 0).collect();
@@ -316,7 +316,7 @@ fn tx_quota_limits_new_data_only() {
     let mut q = p.clone();
     q.ack = BASE;
     o.tcb
-        .on_segment(o.now, &q.seg(TcpFlags::ACK | TcpFlags::PSH, 10), &[7; 10]);
+        .handle_segment(o.now, &q.seg(TcpFlags::ACK | TcpFlags::PSH, 10), &[7; 10]);
     let a = drain(&mut o);
     assert!(
         a.iter().any(|s| s.len == 0 && s.repr.ack == q.seq + 10),
@@ -324,14 +324,14 @@ fn tx_quota_limits_new_data_only() {
     );
     // A retransmission after a timeout is never held either.
     o.now += Duration::from_secs(2);
-    o.tcb.on_timeout(o.now);
+    o.tcb.handle_timeout(o.now);
     let r = drain(&mut o);
     assert_eq!(pieces(&r), vec![(0, MSS)]);
     // A larger quota lets a large segment out, in whole pieces of what fits.
     let mut q = p.clone();
     q.seq += 10;
     q.ack = BASE + 3 * MSS;
-    o.tcb.on_segment(o.now, &q.ack_seg(), &[]);
+    o.tcb.handle_segment(o.now, &q.ack_seg(), &[]);
     o.tcb.set_tx_quota(Some(10_000));
     let v = drain(&mut o);
     assert!(

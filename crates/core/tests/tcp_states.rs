@@ -219,7 +219,7 @@ fn syn_without_optional_options_when_disabled() {
 fn active_open_negotiates_all_options() {
     let mut o = One::client(settings(|_| {}));
     o.pop();
-    assert!(o.tcb.take_events().is_empty());
+    assert!(o.tcb.poll_events().is_empty());
     o.input(
         &synack(
             opts(Some(1200), Some(7), true, Some(5000)),
@@ -295,14 +295,14 @@ fn passive_open_accepts_offered_options() {
     assert_eq!(&buf[20..24], &[2, 4, 0x05, 0xb4]);
     assert_eq!(&buf[24..28], &[4, 2, 8, 10]);
     assert_eq!(&buf[36..40], &[1, 3, 3, 5]);
-    assert!(o.tcb.take_events().is_empty());
+    assert!(o.tcb.poll_events().is_empty());
 
     let mut p = client_peer(1000);
     p.tsval = Some(778);
     p.tsecr = 100_000;
     o.input(&p.ack_seg(), &[]);
     assert_eq!(o.tcb.state(), State::Established);
-    assert!(o.tcb.take_events().contains(Events::CONNECTED));
+    assert!(o.tcb.poll_events().contains(Events::CONNECTED));
     assert!(o.sent.is_empty(), "the ACK of the SYN,ACK needs no answer");
     let i = o.tcb.info();
     assert_eq!((i.snd_wscale, i.rcv_wscale), (3, 5));
@@ -404,7 +404,7 @@ fn syn_received_rst_closes_quietly() {
     o.input(&rst_at(&p, CLIENT_ISS + 1), &[]);
     assert!(o.tcb.is_closed());
     assert!(o.sent.is_empty());
-    let ev = o.tcb.take_events();
+    let ev = o.tcb.poll_events();
     assert!(ev.contains(Events::CLOSED));
     assert!(!ev.contains(Events::ERROR));
 }
@@ -461,12 +461,12 @@ fn active_close_fin_wait_1_fin_wait_2_time_wait() {
 #[test]
 fn passive_close_close_wait_last_ack_closed() {
     let (mut o, mut p) = est_plain();
-    o.tcb.take_events();
+    o.tcb.poll_events();
     peer_fin(&mut o, &mut p);
     assert_eq!(o.tcb.state(), State::CloseWait);
     let a = o.pop();
     assert_eq!(a.ack(), SERVER_ISS + 2);
-    assert!(o.tcb.take_events().contains(Events::READABLE));
+    assert!(o.tcb.poll_events().contains(Events::READABLE));
     let mut buf = [0u8; 16];
     assert_eq!(o.tcb.recv(o.now, &mut buf), Ok(0));
     assert!(o.tcb.at_eof());
@@ -484,7 +484,7 @@ fn passive_close_close_wait_last_ack_closed() {
     o.input(&p.ack_seg(), &[]);
     assert_eq!(o.tcb.state(), State::Closed);
     assert!(o.tcb.is_closed());
-    assert!(o.tcb.take_events().contains(Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::CLOSED));
     assert_eq!(o.tcb.error(), None);
 }
 
@@ -556,7 +556,7 @@ fn close_in_syn_sent_just_closes() {
     o.flush();
     assert!(o.tcb.is_closed());
     assert!(o.sent.is_empty());
-    assert!(o.tcb.take_events().contains(Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::CLOSED));
     assert_eq!(o.tcb.poll_timeout(), None);
 }
 
@@ -601,8 +601,8 @@ fn simultaneous_open() {
     assert_eq!((sa.len(), sb.len()), (1, 1));
     assert_eq!(sa[0].flags(), SYN);
     assert_eq!(sb[0].flags(), SYN);
-    a.on_segment(now, &sb[0].repr, &[]);
-    b.on_segment(now, &sa[0].repr, &[]);
+    a.handle_segment(now, &sb[0].repr, &[]);
+    b.handle_segment(now, &sa[0].repr, &[]);
     assert_eq!(a.state(), State::SynReceived);
     assert_eq!(b.state(), State::SynReceived);
     assert!(a.is_simultaneous_open() && b.is_simultaneous_open());
@@ -615,10 +615,10 @@ fn simultaneous_open() {
     let (mut to_a, mut to_b) = (xb, xa);
     for _ in 0..5 {
         for s in to_a.drain(..) {
-            a.on_segment(now, &s.repr, &s.data);
+            a.handle_segment(now, &s.repr, &s.data);
         }
         for s in to_b.drain(..) {
-            b.on_segment(now, &s.repr, &s.data);
+            b.handle_segment(now, &s.repr, &s.data);
         }
         to_b = drain(&mut a, now);
         to_a = drain(&mut b, now);
@@ -626,13 +626,13 @@ fn simultaneous_open() {
     }
     assert_eq!(a.state(), State::Established);
     assert_eq!(b.state(), State::Established);
-    assert!(a.take_events().contains(Events::CONNECTED));
-    assert!(b.take_events().contains(Events::CONNECTED));
+    assert!(a.poll_events().contains(Events::CONNECTED));
+    assert!(b.poll_events().contains(Events::CONNECTED));
     assert!(!a.is_passive() && !b.is_passive());
     // The connection works: sequence numbers agree.
     assert_eq!(a.send(now, b"ping"), Ok(4));
     for s in drain(&mut a, now) {
-        b.on_segment(now, &s.repr, &s.data);
+        b.handle_segment(now, &s.repr, &s.data);
     }
     let mut buf = [0u8; 8];
     assert_eq!(b.recv(now, &mut buf), Ok(4));
@@ -709,7 +709,7 @@ fn abort_sends_rst() {
     assert!(r.flags().rst());
     assert_eq!(r.seq(), CLIENT_ISS + 1);
     assert!(o.tcb.is_closed());
-    let ev = o.tcb.take_events();
+    let ev = o.tcb.poll_events();
     assert!(ev.contains(Events::CLOSED));
     assert_eq!(o.tcb.error(), Some(TcpError::Aborted));
     assert_eq!(io_kind(TcpError::Aborted), ErrorKind::ConnectionAborted);
@@ -787,7 +787,7 @@ fn syn_gives_up_after_abort_cinterval() {
     assert!(o.tcb.is_closed());
     assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
     assert_eq!(io_kind(TcpError::TimedOut), ErrorKind::TimedOut);
-    let ev = o.tcb.take_events();
+    let ev = o.tcb.poll_events();
     assert!(ev.contains(Events::ERROR | Events::CLOSED));
     assert_eq!(o.tcb.poll_timeout(), None);
 }
@@ -805,7 +805,7 @@ fn rst_answering_syn_is_refused() {
     assert!(o.sent.is_empty());
     assert!(o.tcb.is_closed());
     assert_eq!(o.tcb.error(), Some(TcpError::Refused));
-    assert!(o.tcb.take_events().contains(Events::ERROR | Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::ERROR | Events::CLOSED));
     let mut buf = [0u8; 4];
     let e = o.tcb.recv(o.now, &mut buf).unwrap_err();
     assert_eq!(e, TcpError::Refused);
@@ -872,11 +872,11 @@ fn in_window_rst_draws_challenge_ack() {
 #[test]
 fn exact_rst_resets() {
     let (mut o, p) = est_plain();
-    o.tcb.take_events();
+    o.tcb.poll_events();
     o.input(&rst_at(&p, p.seq), &[]);
     assert!(o.sent.is_empty());
     assert!(o.tcb.is_closed());
-    assert!(o.tcb.take_events().contains(Events::ERROR | Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::ERROR | Events::CLOSED));
     let mut buf = [0u8; 4];
     let e = o.tcb.recv(o.now, &mut buf).unwrap_err();
     assert_eq!(e, TcpError::Reset);
@@ -1134,14 +1134,14 @@ fn zero_window_still_takes_ack_and_urg_from_data_segment() {
     o.write(b"our data");
     o.take_all();
     fill_window(&mut o, &mut p);
-    o.tcb.take_events();
+    o.tcb.poll_events();
     p.ack = CLIENT_ISS + 9;
     let mut r = p.seg(ACK | PSH | URG, 2);
     r.urgent = 2;
     o.input(&r, b"!!");
     assert_eq!(o.tcb.recv_available(), 4096);
     assert_eq!(o.tcb.snd_una().raw(), CLIENT_ISS + 9);
-    assert!(o.tcb.take_events().contains(Events::URGENT));
+    assert!(o.tcb.poll_events().contains(Events::URGENT));
     // The text is not taken: the answer still acknowledges RCV.NXT with a zero window.
     let a = o.pop();
     assert_eq!((a.ack(), a.repr.window), (p.seq, 0));
@@ -1341,14 +1341,14 @@ fn timestamps_on_every_segment() {
 #[test]
 fn time_wait_lasts_time_wait_then_closed() {
     let (mut o, _p) = to_time_wait(settings(|s| s.time_wait = secs(30)), plain());
-    o.tcb.take_events();
+    o.tcb.poll_events();
     let t0 = o.now;
     assert_eq!(o.tcb.poll_timeout(), Some(t0 + secs(30)));
     o.advance(secs(30) - ms(1));
     assert_eq!(o.tcb.state(), State::TimeWait);
     o.advance(ms(1));
     assert!(o.tcb.is_closed());
-    assert!(o.tcb.take_events().contains(Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::CLOSED));
     assert!(o.sent.is_empty());
 }
 
@@ -1442,7 +1442,7 @@ fn fin_wait_2_after_close_times_out() {
     assert_eq!(o.tcb.state(), State::FinWait2);
     o.advance(ms(1));
     assert!(o.tcb.is_closed());
-    assert!(o.tcb.take_events().contains(Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::CLOSED));
 }
 
 /// RFC 9293 §3.6 half-close: after shutdown(SHUT_WR) (the application still reads)
@@ -1505,7 +1505,7 @@ fn keepalive_probes_then_drops() {
     assert_eq!(o.now.saturating_duration_since(start), secs(90));
     assert_eq!(rsts, vec![(RST | ACK, CLIENT_ISS + 1, SERVER_ISS + 1)]);
     assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
-    assert!(o.tcb.take_events().contains(Events::ERROR | Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::ERROR | Events::CLOSED));
     assert_eq!(o.tcb.poll_timeout(), None);
 }
 
@@ -1613,7 +1613,7 @@ fn run_until_dead(o: &mut One) -> (Vec<Duration>, Duration) {
 #[test]
 fn r2_abort_interval_times_out() {
     let (mut o, _p) = One::established(settings(|s| s.abort_interval = secs(5)), plain(), 65535);
-    o.tcb.take_events();
+    o.tcb.poll_events();
     o.write(b"never acked");
     assert_eq!(o.pop().len(), 11);
     let (rtx, dead) = run_until_dead(&mut o);
@@ -1624,7 +1624,7 @@ fn r2_abort_interval_times_out() {
     }
     assert!(dead >= secs(5) && dead <= secs(15), "{dead:?}");
     assert_eq!(o.tcb.error(), Some(TcpError::TimedOut));
-    assert!(o.tcb.take_events().contains(Events::ERROR | Events::CLOSED));
+    assert!(o.tcb.poll_events().contains(Events::ERROR | Events::CLOSED));
 }
 
 /// RFC 5482 / RFC 9293 §3.8.3 USER TIMEOUT: `set_user_timeout` replaces R2; the
@@ -1711,13 +1711,13 @@ fn urgent_pointer_spans_segments() {
 fn received_urgent_data_is_inline_and_marked() {
     let (mut o, mut p) = est_plain();
     peer_data(&mut o, &mut p, b"0123456789");
-    let ev = o.tcb.take_events();
+    let ev = o.tcb.poll_events();
     assert!(!ev.contains(Events::URGENT));
     assert_eq!(o.tcb.urgent_mark(), None);
     let mut r = p.seg(ACK | PSH | URG, 5);
     r.urgent = 5;
     o.input(&r, b"ABCDE");
-    let ev = o.tcb.take_events();
+    let ev = o.tcb.poll_events();
     assert!(ev.contains(Events::URGENT | Events::READABLE));
     assert_eq!(o.tcb.urgent_mark(), Some(14));
     let mut buf = [0u8; 14];
@@ -1736,29 +1736,29 @@ fn received_urgent_data_is_inline_and_marked() {
 #[test]
 fn connected_event_on_handshake() {
     let mut o = One::client(settings(|_| {}));
-    assert!(!o.tcb.take_events().contains(Events::CONNECTED));
+    assert!(!o.tcb.poll_events().contains(Events::CONNECTED));
     o.input(&synack(plain(), 65535, CLIENT_ISS + 1), &[]);
-    let ev = o.tcb.take_events();
+    let ev = o.tcb.poll_events();
     assert!(ev.contains(Events::CONNECTED | Events::WRITABLE));
     assert!(!ev.contains(Events::ERROR));
-    assert!(o.tcb.take_events().is_empty(), "events are taken once");
+    assert!(o.tcb.poll_events().is_empty(), "events are taken once");
 }
 
 /// READABLE on data and again on FIN (EOF); recv returns WouldBlock before data.
 #[test]
 fn readable_on_data_and_fin() {
     let (mut o, mut p) = est_plain();
-    o.tcb.take_events();
+    o.tcb.poll_events();
     let mut buf = [0u8; 8];
     let e = o.tcb.recv(o.now, &mut buf).unwrap_err();
     assert_eq!(e, TcpError::WouldBlock);
     assert_eq!(io_kind(e), ErrorKind::WouldBlock);
     peer_data(&mut o, &mut p, b"abc");
-    assert!(o.tcb.take_events().contains(Events::READABLE));
+    assert!(o.tcb.poll_events().contains(Events::READABLE));
     assert_eq!(o.read_all(), b"abc");
-    o.tcb.take_events();
+    o.tcb.poll_events();
     peer_fin(&mut o, &mut p);
-    assert!(o.tcb.take_events().contains(Events::READABLE));
+    assert!(o.tcb.poll_events().contains(Events::READABLE));
     assert_eq!(o.tcb.recv(o.now, &mut buf), Ok(0));
 }
 
@@ -1771,18 +1771,18 @@ fn writable_after_ack_frees_space() {
         s.sndlowat = 4096;
     });
     let (mut o, mut p) = One::established(s, plain(), 65535);
-    o.tcb.take_events();
+    o.tcb.poll_events();
     assert_eq!(o.write(&pattern(10_000)), 8192);
     let e = o.tcb.send(o.now, b"more").unwrap_err();
     assert_eq!(e, TcpError::WouldBlock);
     o.take_all();
-    assert!(!o.tcb.take_events().contains(Events::WRITABLE));
+    assert!(!o.tcb.poll_events().contains(Events::WRITABLE));
     p.ack = CLIENT_ISS + 1 + 2000;
     o.input(&p.ack_seg(), &[]);
-    assert!(!o.tcb.take_events().contains(Events::WRITABLE));
+    assert!(!o.tcb.poll_events().contains(Events::WRITABLE));
     p.ack = CLIENT_ISS + 1 + 5000;
     o.input(&p.ack_seg(), &[]);
-    assert!(o.tcb.take_events().contains(Events::WRITABLE));
+    assert!(o.tcb.poll_events().contains(Events::WRITABLE));
     assert_eq!(o.tcb.send_space(), 5000);
 }
 
@@ -1906,7 +1906,7 @@ fn simultaneous_open_rst_in_syn_received_is_refused() {
     o.input(&rst_at(&p, SERVER_ISS + 1), &[]);
     assert!(o.tcb.is_closed());
     assert_eq!(o.tcb.error(), Some(TcpError::Refused));
-    assert!(o.tcb.take_events().contains(Events::ERROR));
+    assert!(o.tcb.poll_events().contains(Events::ERROR));
 }
 
 /// RFC 9293 §3.10.7.4 fifth check: "if the ACK bit is off, drop the segment".
@@ -2052,8 +2052,8 @@ fn duplicate_syn_and_final_ack_in_one_batch_establish() {
     o.now += ms(10);
     let p = client_peer(65535);
     // Both before any poll_transmit, as a device batch delivers them.
-    o.tcb.on_segment(o.now, &syn, &[]);
-    o.tcb.on_segment(o.now, &p.ack_seg(), &[]);
+    o.tcb.handle_segment(o.now, &syn, &[]);
+    o.tcb.handle_segment(o.now, &p.ack_seg(), &[]);
     o.flush();
     assert_eq!(o.tcb.state(), State::Established);
     for s in o.take_all() {
@@ -2075,8 +2075,9 @@ fn final_ack_after_synack_timeout_before_its_flush_establishes() {
     o.pop();
     let t = o.tcb.poll_timeout().expect("SYN,ACK timer");
     o.now = t;
-    o.tcb.on_timeout(o.now);
-    o.tcb.on_segment(o.now, &client_peer(65535).ack_seg(), &[]);
+    o.tcb.handle_timeout(o.now);
+    o.tcb
+        .handle_segment(o.now, &client_peer(65535).ack_seg(), &[]);
     o.flush();
     assert_eq!(o.tcb.state(), State::Established);
     assert!(o
@@ -2088,9 +2089,9 @@ fn final_ack_after_synack_timeout_before_its_flush_establishes() {
     c.pop();
     let t = c.tcb.poll_timeout().expect("SYN timer");
     c.now = t;
-    c.tcb.on_timeout(c.now);
+    c.tcb.handle_timeout(c.now);
     c.tcb
-        .on_segment(c.now, &synack(plain(), 65535, CLIENT_ISS + 1), &[]);
+        .handle_segment(c.now, &synack(plain(), 65535, CLIENT_ISS + 1), &[]);
     c.flush();
     assert_eq!(c.tcb.state(), State::Established);
     assert!(c

@@ -16,7 +16,7 @@
 //! for a loopback one.
 
 use crate::socket::ListenerShared;
-use ember_core::host::Key;
+use ember_core::slab::Key;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, SocketAddrV4};

@@ -658,7 +658,7 @@ fn netstat(stack: &Stack, full: bool) -> String {
             i.stats.retrans_segs
         );
         if full {
-            let st = &i.stats;
+            let stats = &i.stats;
             let _ = writeln!(
                 s,
                 "\t {} wscale:{},{} rto:{}ms rttvar:{}us mss:{} pmtu:{} rcvmss:{} ssthresh:{} \
@@ -680,13 +680,13 @@ fn netstat(stack: &Stack, full: bool) -> String {
                 i.sacked,
                 i.lost,
                 i.ooo_bytes,
-                st.bytes_out,
-                st.retrans_bytes,
+                stats.bytes_out,
+                stats.retrans_bytes,
                 i.bytes_received,
-                st.segs_out,
-                st.segs_in,
-                st.fast_retransmits,
-                st.timeouts,
+                stats.segs_out,
+                stats.segs_in,
+                stats.fast_retransmits,
+                stats.timeouts,
                 i.backoff,
                 if i.sack { " sack" } else { "" },
                 if i.timestamps { " ts" } else { "" },

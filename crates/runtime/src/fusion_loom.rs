@@ -63,11 +63,11 @@ fn shuttle(a: &mut Tcb, b: &mut Tcb) {
     for _ in 0..64 {
         let mut moved = false;
         while let Some((r, p)) = take(a) {
-            b.on_segment(T, &r, &p);
+            b.handle_segment(T, &r, &p);
             moved = true;
         }
         while let Some((r, p)) = take(b) {
-            a.on_segment(T, &r, &p);
+            a.handle_segment(T, &r, &p);
             moved = true;
         }
         if !moved {
@@ -93,8 +93,8 @@ impl Pair {
         let mut b = Tcb::accept(T, spec(lb, la, 900), set, &syn);
         shuttle(&mut a, &mut b);
         Tcb::fuse_pair(T, &mut a, &mut b).expect("fusable");
-        a.take_events();
-        b.take_events();
+        a.poll_events();
+        b.poll_events();
         let mut p = Pair {
             a,
             b,

@@ -25,13 +25,13 @@
 
 use super::stats::HostStats;
 use super::{Frame, Interface, Pending, PingReply, UdpId};
-use crate::host::slab::Slab;
 use crate::icmp::ratelimit::TokenBucket;
 use crate::ip::arp::{ArpCache, ArpConfig};
 use crate::ip::gro::{Gro, GroSeg};
 use crate::ip::reassembly::{ReasmConfig, Reassembler};
 use crate::ip::route::{IfaceId, Route, RouteError, RouteTable};
 use crate::params::{ParamError, Params};
+use crate::slab::Slab;
 use crate::time::Instant;
 use crate::udp::UdpEndpoint;
 use bytes::Bytes;
@@ -52,7 +52,7 @@ pub struct TcpSegmentIn<'a> {
     /// and must not be checked); `false`: verify it.
     pub csum_ok: bool,
     /// Wire segments it stands for (1 unless merged by GRO): give it to
-    /// [`crate::tcp::Tcb::on_segment_gro`] with `segs` and `gso_size`.
+    /// [`crate::tcp::Tcb::handle_segment_gro`] with `segs` and `gso_size`.
     pub segs: u16,
     /// Payload bytes of each piece but the last (0 unless merged).
     pub gso_size: u16,

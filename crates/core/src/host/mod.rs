@@ -27,18 +27,17 @@
 mod input;
 pub mod ip;
 mod output;
-pub mod slab;
 pub mod stats;
 mod tcp;
 mod udp;
 
 pub use ip::{IpLayer, SegmentBytes, TcpIcmpError, TcpSegmentIn, TcpSink};
-pub use slab::Key;
 pub use stats::HostStats;
 
 use crate::icmp::ratelimit::TokenBucket;
 use crate::ip::route::{IfaceId, Route, RouteError, RouteTable};
 use crate::params::{ParamError, Params};
+use crate::slab::Key;
 use crate::tcp::{Events, TcpSettings};
 use crate::time::Instant;
 use crate::wire::MacAddr;
@@ -326,7 +325,7 @@ impl Host {
             let id = ConnId(key);
             if let Some(c) = self.tcp.conns.get_mut(key) {
                 c.timer = None;
-                c.tcb.on_timeout(now);
+                c.tcb.handle_timeout(now);
             }
             self.tcp.flush_conn(&mut self.ip, now, id);
         }

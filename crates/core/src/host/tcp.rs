@@ -9,10 +9,10 @@
 
 use super::ip::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
 use super::output::{datagram_buffer, plain_header, HEADROOM};
-use super::slab::Slab;
 use super::stats::TcpStats;
 use super::{ConnId, Host, ListenerId, SocketEvent};
 use crate::icmp::ratelimit::TokenBucket;
+use crate::slab::Slab;
 use crate::tcp::endpoint::{self, Action, Arrival, Context, Endpoint, ListenerView, Route};
 use crate::tcp::isn::IsnGenerator;
 use crate::tcp::tcb::ConnSpec;
@@ -211,7 +211,7 @@ fn find_listener(
 impl TcpLayer {
     /// A TCP segment arrived (checksum verified) for one of our addresses. `gro`: the
     /// wire segments it stands for and their payload size (`(1, 0)` unless merged by
-    /// receive-side coalescing, see [`Tcb::on_segment_gro`]). The endpoint decides what
+    /// receive-side coalescing, see [`Tcb::handle_segment_gro`]). The endpoint decides what
     /// becomes of it ([`Endpoint::handle_segment`]); this carries that out.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn tcp_input(
@@ -297,9 +297,9 @@ impl TcpLayer {
             return;
         };
         if strip_data {
-            c.tcb.on_segment(now, &endpoint::strip_data(seg), &[]);
+            c.tcb.handle_segment(now, &endpoint::strip_data(seg), &[]);
         } else {
-            c.tcb.on_segment_gro(now, seg, payload, gro.0, gro.1);
+            c.tcb.handle_segment_gro(now, seg, payload, gro.0, gro.1);
         }
         if self.batch {
             // A receive batch is being taken in: the connection sends at its end.
@@ -439,7 +439,7 @@ impl TcpLayer {
         let Some(c) = self.conns.get_mut(id.0) else {
             return;
         };
-        let ev = c.tcb.take_events();
+        let ev = c.tcb.poll_events();
         let closed = c.tcb.is_closed();
         let listener = c.listener;
         let deadline = if closed { None } else { c.tcb.poll_timeout() };

@@ -17,7 +17,7 @@
 //!    or an overlap ends `h`, so a merged segment is one contiguous run of sequence
 //!    space. GRO does not know RCV.NXT: the run may still be out of order, a duplicate or
 //!    partly beyond the window for TCP, which then owes the ACKs each piece would have
-//!    drawn (`Tcb::on_segment_gro`: duplicate ACKs for out-of-order pieces, RFC 5681 §4.2,
+//!    drawn (`Tcb::handle_segment_gro`: duplicate ACKs for out-of-order pieces, RFC 5681 §4.2,
 //!    one per unacceptable piece, every second full piece in order), so the peer's
 //!    duplicate-ACK counting and ACK clock stay as without GRO.
 //! 3. **Checksum verified** (RFC 9293 §3.1): every segment is verified once, here, unless

@@ -516,7 +516,7 @@ impl Endpoint {
         }
         let mut tcb = tcb;
         finish(&mut tcb, route, lso_max, view.user_mss);
-        tcb.on_segment(now, a.seg, a.payload);
+        tcb.handle_segment(now, a.seg, a.payload);
         Some(Some(tcb))
     }
 }

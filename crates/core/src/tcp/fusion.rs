@@ -36,8 +36,8 @@
 //!   what it already advertised, RFC 9293 §3.8.6.2.2), stored in `rcv_adv`, and the
 //!   writer's `snd_una + snd_wnd` is that same edge, exactly as after an ordinary window
 //!   update (RFC 9293 §3.10.7.4, with `snd_wl1`/`snd_wl2` as of that update).
-//! * No segments, no timers: `poll_timeout` is `None`, `on_timeout` and `after_read`
-//!   do nothing, `poll_transmit` yields only a RST (abort), `on_segment` takes only a
+//! * No segments, no timers: `poll_timeout` is `None`, `handle_timeout` and `after_read`
+//!   do nothing, `poll_transmit` yields only a RST (abort), `handle_segment` takes only a
 //!   RST (anything else is stale or forged and could break the first invariant).
 //!   A FIN queued by shutdown/close while fused waits for the unfuse.
 //! * Memory: a fused write never makes the receive buffer exceed `rcv_cap`.
@@ -340,7 +340,7 @@ impl Tcb {
         if writer.fused_flow.reader_space(
             self.fused_free() as usize,
             self.rcv_cap as usize,
-            writer.set.sndlowat as usize,
+            writer.settings.sndlowat as usize,
             self.fused_can_receive(),
         ) {
             writer.events.insert(Events::WRITABLE);
@@ -415,7 +415,7 @@ impl Tcb {
         self.keepalive_sent = 0;
         self.timers.set_or_stop(
             Timer::Keepalive,
-            self.keepalive.then(|| now + self.set.keepalive_idle),
+            self.keepalive.then(|| now + self.settings.keepalive_idle),
         );
     }
 
@@ -551,10 +551,10 @@ mod tests {
             }
             moved += from_a.len() + from_b.len();
             for (r, p) in &from_a {
-                b.on_segment(now, r, p);
+                b.handle_segment(now, r, p);
             }
             for (r, p) in &from_b {
-                a.on_segment(now, r, p);
+                a.handle_segment(now, r, p);
             }
         }
         panic!("segments never stop");
@@ -569,15 +569,15 @@ mod tests {
         let mut b = Tcb::accept(T0, spec(ADDR_B, ADDR_A, iss_b), sb, &syn);
         let (synack, p) = take(&mut b, T0).expect("SYN,ACK");
         assert!(synack.flags.syn() && synack.flags.ack());
-        a.on_segment(T0, &synack, &p);
+        a.handle_segment(T0, &synack, &p);
         let (ack, p) = take(&mut a, T0).expect("ACK");
-        b.on_segment(T0, &ack, &p);
+        b.handle_segment(T0, &ack, &p);
         assert_eq!(a.state(), State::Established);
         assert_eq!(b.state(), State::Established);
         assert!(take(&mut a, T0).is_none() && take(&mut b, T0).is_none());
         assert!(a.ts_ok && b.ts_ok && a.sack_ok && b.sack_ok && a.ws_ok && b.ws_ok);
-        a.take_events();
-        b.take_events();
+        a.poll_events();
+        b.poll_events();
         (a, b)
     }
 
@@ -702,7 +702,7 @@ mod tests {
                     assert_eq!(w.stats.segs_out, before.0.segs_out + 1);
                     assert_eq!(r.stats.bytes_in, before.1.bytes_in + n as u64);
                     assert_eq!(r.stats.segs_in, before.1.segs_in + 1);
-                    assert!(r.take_events().contains(Events::READABLE));
+                    assert!(r.poll_events().contains(Events::READABLE));
                     assert_eq!(w.last_data_sent, now);
                     assert_eq!(r.last_rcv_data, now);
                 }
@@ -751,8 +751,8 @@ mod tests {
                     .min()
                     .expect("stalled without a timer");
                 *now = t.max(*now);
-                a.on_timeout(*now);
-                b.on_timeout(*now);
+                a.handle_timeout(*now);
+                b.handle_timeout(*now);
             }
         }
         panic!("ordinary transfer never finished");
@@ -793,8 +793,8 @@ mod tests {
         let mut b = Tcb::connect(T0, spec(ADDR_B, ADDR_A, 20), settings());
         let (sa, pa) = take(&mut a, T0).unwrap();
         let (sb, pb) = take(&mut b, T0).unwrap();
-        a.on_segment(T0, &sb, &pb);
-        b.on_segment(T0, &sa, &pa);
+        a.handle_segment(T0, &sb, &pb);
+        b.handle_segment(T0, &sa, &pa);
         shuttle(&mut a, &mut b, T0);
         assert_eq!(a.state(), State::Established);
         assert_eq!(b.state(), State::Established);
@@ -823,7 +823,7 @@ mod tests {
         );
         assert!(!a.is_fused() && !b.is_fused());
         // Delivered but not yet acknowledged: B's RCV.NXT is ahead of what A knows.
-        b.on_segment(T0, &seg, &p);
+        b.handle_segment(T0, &seg, &p);
         assert_eq!(a.fuse_check(), Err(FuseRefusal::SendQueueNotEmpty));
         shuttle(&mut a, &mut b, T0);
         assert_eq!(Tcb::fuse_pair(T0, &mut a, &mut b), Ok(()));
@@ -858,7 +858,7 @@ mod tests {
         assert_eq!(a.fuse_check(), Err(FuseRefusal::Urgent));
         shuttle(&mut a, &mut b, T0);
         assert_eq!(a.fuse_check(), Ok(()));
-        assert!(b.take_events().contains(Events::URGENT));
+        assert!(b.poll_events().contains(Events::URGENT));
         assert_eq!(b.fuse_check(), Err(FuseRefusal::Urgent));
         let mut buf = [0; 4];
         assert_eq!(b.recv(T0, &mut buf), Ok(1));
@@ -872,7 +872,7 @@ mod tests {
         a.send(T0, b"0123456789").unwrap();
         let (mut seg, p) = take(&mut a, T0).unwrap();
         seg.seq = seg.seq.wrapping_add(5);
-        b.on_segment(T0, &seg, &p[5..]);
+        b.handle_segment(T0, &seg, &p[5..]);
         assert_eq!(b.ooo_bytes_for_test(), 5);
         assert_eq!(b.fuse_check(), Err(FuseRefusal::PendingOutput));
     }
@@ -915,7 +915,7 @@ mod tests {
         assert_eq!(a.snd_una(), a_nxt + 12);
         assert_eq!(b.rcv_nxt(), b_rcv + 12);
         assert_eq!(b.recv_available(), 12);
-        assert!(b.take_events().contains(Events::READABLE));
+        assert!(b.poll_events().contains(Events::READABLE));
         let mut buf = [0; 5];
         assert_eq!(b.peek(&mut buf), Ok(5));
         assert_eq!(&buf, b"hello");
@@ -964,7 +964,7 @@ mod tests {
         let s = small_buf(4096, false);
         let (mut a, mut b) = pair_with(s.clone(), s, 1, 2);
         Tcb::fuse_pair(T0, &mut a, &mut b).unwrap();
-        a.take_events();
+        a.poll_events();
         let mut f = Flow::new(0);
         let cap = b.fused_recv_space();
         assert_eq!(cap, 4096);
@@ -977,15 +977,15 @@ mod tests {
         let mut g = Flow::new(0);
         read(&mut b, T0, &mut g, 100);
         b.fused_sync_window(&mut a);
-        assert!(!a.take_events().contains(Events::WRITABLE));
+        assert!(!a.poll_events().contains(Events::WRITABLE));
         check_fused(&mut a, &mut b, T0);
         assert_eq!(b.fused_recv_space(), 100);
         // Reading half the buffer reaches the mark: the writer is woken once.
         read(&mut b, T0, &mut g, 2000);
         b.fused_sync_window(&mut a);
-        assert!(a.take_events().contains(Events::WRITABLE));
+        assert!(a.poll_events().contains(Events::WRITABLE));
         b.fused_sync_window(&mut a);
-        assert!(!a.take_events().contains(Events::WRITABLE));
+        assert!(!a.poll_events().contains(Events::WRITABLE));
         fused_write(&mut a, &mut b, T0, &mut f, 10_000);
         assert_eq!(f.written, 4096 + 2100);
         while read(&mut b, T0, &mut g, 999) {}
@@ -1022,7 +1022,7 @@ mod tests {
         a.set_cork(T0, true);
         assert_eq!(a.poll_timeout(), None);
         let later = T0 + Duration::from_secs(10 * 3600);
-        a.on_timeout(later);
+        a.handle_timeout(later);
         assert!(a.poll_transmit(later).is_none());
         assert_eq!(a.stats().keepalive_probes, 0);
         // A stray (old or forged) segment is ignored, even in-window data.
@@ -1035,7 +1035,7 @@ mod tests {
             window: 1000,
             ..TcpRepr::default()
         };
-        a.on_segment(later, &stray, b"forged");
+        a.handle_segment(later, &stray, b"forged");
         assert_eq!(a.recv_available(), 0);
         assert_eq!(a.rcv_nxt(), b.snd_nxt());
         check_fused(&mut a, &mut b, later);
@@ -1043,7 +1043,7 @@ mod tests {
         Tcb::unfuse_pair(later, &mut a, &mut b);
         assert_eq!(
             a.poll_timeout(),
-            Some(later + a.set.keepalive_idle),
+            Some(later + a.settings.keepalive_idle),
             "keepalive re-armed"
         );
         assert_eq!(b.poll_timeout(), None);
@@ -1056,7 +1056,7 @@ mod tests {
         a.abort(T0);
         let (rst, p) = take(&mut a, T0).expect("RST");
         assert!(rst.flags.rst());
-        b.on_segment(T0, &rst, &p);
+        b.handle_segment(T0, &rst, &p);
         assert_eq!(b.state(), State::Closed);
         assert_eq!(b.error(), Some(TcpError::Reset));
         assert_eq!(b.fused_send(T0, &mut a, b"x"), Err(TcpError::Reset));
@@ -1075,16 +1075,16 @@ mod tests {
         let mut f = Flow::new(0);
         fused_write(&mut a, &mut b, T0, &mut f, 5000);
         assert_eq!(f.written, 2048);
-        a.take_events();
+        a.poll_events();
         b.abort(T0);
         // The reader can no longer receive: the blocked writer is woken at once...
         b.fused_sync_window(&mut a);
-        assert!(a.take_events().contains(Events::WRITABLE));
+        assert!(a.poll_events().contains(Events::WRITABLE));
         assert_eq!(a.fused_send(T0, &mut b, b"x"), Err(TcpError::BrokenPipe));
         // ...and the RST then tells it why.
         let rst = take(&mut b, T0).expect("RST");
-        a.on_segment(T0, &rst.0, &rst.1);
-        assert!(a.take_events().contains(Events::ERROR));
+        a.handle_segment(T0, &rst.0, &rst.1);
+        assert!(a.poll_events().contains(Events::ERROR));
         assert_eq!(a.fused_send(T0, &mut b, b"x"), Err(TcpError::Reset));
     }
 
@@ -1119,7 +1119,7 @@ mod tests {
         let (seg, p) = take(&mut a, now).expect("first ordinary segment");
         assert_eq!(seg.seq, b.rcv_nxt().raw());
         assert_eq!(seg.ack, b.snd_nxt().raw());
-        b.on_segment(now, &seg, &p);
+        b.handle_segment(now, &seg, &p);
         assert_eq!(b.rcv_nxt(), SeqNum(seg.seq) + 100);
         assert_eq!(Some(b.ts_recent), seg.options.timestamps.map(|t| t.0));
         ab.target = ab.written + 200_000;
@@ -1143,7 +1143,7 @@ mod tests {
         fused_write(&mut a, &mut b, now, &mut ab, 10_000);
         assert_eq!(a.snd_wnd, 0);
         Tcb::unfuse_pair(now, &mut a, &mut b);
-        assert!(a.take_events().contains(Events::WRITABLE));
+        assert!(a.poll_events().contains(Events::WRITABLE));
         assert_eq!(a.snd_wnd, 0);
         ab.target = 20_000;
         // The writer queues data against a zero window; nothing may be lost.
@@ -1168,7 +1168,7 @@ mod tests {
         let (fin, p) = take(&mut a, now).expect("FIN");
         assert!(fin.flags.fin() && p.is_empty());
         assert_eq!(fin.seq, a.snd_una().raw());
-        b.on_segment(now, &fin, &p);
+        b.handle_segment(now, &fin, &p);
         assert_eq!(b.state(), State::CloseWait);
         shuttle(&mut a, &mut b, now);
         assert_eq!(a.state(), State::FinWait2);
@@ -1181,8 +1181,8 @@ mod tests {
         shuttle(&mut a, &mut b, now);
         assert_eq!(a.state(), State::TimeWait);
         assert!(b.is_closed());
-        now += a.set.time_wait;
-        a.on_timeout(now);
+        now += a.settings.time_wait;
+        a.handle_timeout(now);
         assert!(a.is_closed());
         assert_clean(&a);
         assert_clean(&b);
@@ -1206,9 +1206,9 @@ mod tests {
         // Simultaneous close: both pass through CLOSING to TIME-WAIT.
         assert_eq!(a.state(), State::TimeWait);
         assert_eq!(b.state(), State::TimeWait);
-        now += a.set.time_wait;
-        a.on_timeout(now);
-        b.on_timeout(now);
+        now += a.settings.time_wait;
+        a.handle_timeout(now);
+        b.handle_timeout(now);
         assert!(a.is_closed() && b.is_closed());
         ab.check();
         ba.check();

@@ -175,7 +175,7 @@ impl Tcb {
                 let mut n = 0u32;
                 let mut s = self.snd_una;
                 for (a, b) in self.sb.ranges() {
-                    if a > s && self.sb.is_lost(s, mss, self.set.dupthresh) {
+                    if a > s && self.sb.is_lost(s, mss, self.settings.dupthresh) {
                         n = n.saturating_add(a.since(s).div_ceil(mss));
                     }
                     s = s.max(b);

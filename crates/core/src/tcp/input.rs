@@ -71,14 +71,14 @@ impl Tcb {
     /// A segment for this connection arrived (RFC 9293 §3.10.7.3 SYN-SENT,
     /// §3.10.7.4 other states). `payload` is the segment text. While fused only a RST
     /// is processed.
-    pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
-        self.on_segment_pieces(now, seg, payload, Pieces::ONE);
+    pub fn handle_segment(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+        self.handle_segment_pieces(now, seg, payload, Pieces::ONE);
     }
 
     /// A segment that stands for `segs` wire segments of the same header, each carrying
     /// `gso_size` bytes of `payload` (the last possibly fewer): what receive-side
     /// coalescing (`ip/gro.rs`) makes of consecutive in-order segments. Processed as
-    /// [`Tcb::on_segment`] processes one segment, except that `segs_in` and the other
+    /// [`Tcb::handle_segment`] processes one segment, except that `segs_in` and the other
     /// receive counters count the wire segments, the peer's MSS is learnt from
     /// `gso_size` (never from the merged length), and the peer gets the ACKs the pieces
     /// would have drawn one by one (RFC 5681 §4.2, RFC 9293 §3.8.6.3, §3.10.7.4): every
@@ -86,8 +86,8 @@ impl Tcb {
     /// out-of-order or out-of-window piece. All but the last are owed (`owed_acks`) and
     /// leave first from `poll_transmit`, each with the window it would have advertised;
     /// the last is the segment's own ACK decision. A `segs`/`gso_size` pair that does not describe `payload` (e.g.
-    /// `segs` = 1) makes this the same as [`Tcb::on_segment`].
-    pub fn on_segment_gro(
+    /// `segs` = 1) makes this the same as [`Tcb::handle_segment`].
+    pub fn handle_segment_gro(
         &mut self,
         now: Instant,
         seg: &TcpRepr,
@@ -96,10 +96,10 @@ impl Tcb {
         gso_size: u16,
     ) {
         let p = Pieces::of(segs, gso_size, payload.len());
-        self.on_segment_pieces(now, seg, payload, p);
+        self.handle_segment_pieces(now, seg, payload, p);
     }
 
-    fn on_segment_pieces(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8], p: Pieces) {
+    fn handle_segment_pieces(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8], p: Pieces) {
         self.stats.segs_in += u64::from(p.n);
         if self.fused && !seg.flags.rst() {
             // Fused (see `fusion.rs`): the peer sends no segments, so anything but its
@@ -108,7 +108,7 @@ impl Tcb {
             return;
         }
         if self.ack_now
-            && !self.set.gro_stretch_acks
+            && !self.settings.gro_stretch_acks
             && matches!(
                 self.state,
                 State::Established
@@ -136,13 +136,13 @@ impl Tcb {
         }
         match self.state {
             State::Closed | State::Listen => {}
-            State::SynSent => self.on_segment_syn_sent(now, seg, payload),
-            _ => self.on_segment_synchronized(now, seg, payload, p),
+            State::SynSent => self.handle_segment_syn_sent(now, seg, payload),
+            _ => self.handle_segment_synchronized(now, seg, payload, p),
         }
     }
 
     /// RFC 9293 §3.10.7.3: SYN-SENT.
-    fn on_segment_syn_sent(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
+    fn handle_segment_syn_sent(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8]) {
         let f = seg.flags;
         let ack = SeqNum(seg.ack);
         // First: check the ACK bit.
@@ -217,7 +217,7 @@ impl Tcb {
         self.last_rcv_data = now;
         if self.keepalive {
             self.timers
-                .set(Timer::Keepalive, now + self.set.keepalive_idle);
+                .set(Timer::Keepalive, now + self.settings.keepalive_idle);
         }
         if self.fin_queued {
             // shutdown() while the handshake was in progress.
@@ -226,7 +226,7 @@ impl Tcb {
     }
 
     /// RFC 9293 §3.10.7.4: SYN-RECEIVED and the synchronized states.
-    fn on_segment_synchronized(
+    fn handle_segment_synchronized(
         &mut self,
         now: Instant,
         seg: &TcpRepr,
@@ -345,7 +345,7 @@ impl Tcb {
         if self.keepalive && self.state.is_synchronized() {
             self.keepalive_sent = 0;
             self.timers
-                .set(Timer::Keepalive, now + self.set.keepalive_idle);
+                .set(Timer::Keepalive, now + self.settings.keepalive_idle);
         }
 
         // Second: the RST bit (RFC 5961 §3.2).
@@ -359,7 +359,7 @@ impl Tcb {
                 // socket that called shutdown(SHUT_WR) still wants to know). SYN-RECEIVED
                 // reached by a simultaneous open reports "connection refused" as RFC 9293
                 // says (MUST-11; Linux reports ECONNRESET there); SYN-SENT's ECONNREFUSED
-                // is in `on_segment_syn_sent`. TIME-WAIT has nobody left to tell.
+                // is in `handle_segment_syn_sent`. TIME-WAIT has nobody left to tell.
                 match self.state {
                     State::SynReceived if self.passive => {
                         // Back to LISTEN: the half-open connection just goes away.
@@ -465,7 +465,7 @@ impl Tcb {
                 if seq == self.rcv_nxt && seg_len == 0 {
                     // The bare ACK at RCV.NXT (e.g. the peer's ACK of our FIN, again):
                     // taken silently, and the 2 MSL wait starts over, as on Linux.
-                    self.timers.set(Timer::State, now + self.set.time_wait);
+                    self.timers.set(Timer::State, now + self.settings.time_wait);
                 } else {
                     self.time_wait_answer(now, seg_len, true);
                 }
@@ -490,7 +490,7 @@ impl Tcb {
     /// over (the peer is still there).
     fn time_wait_answer(&mut self, now: Instant, seg_len: u32, restart: bool) {
         if restart {
-            self.timers.set(Timer::State, now + self.set.time_wait);
+            self.timers.set(Timer::State, now + self.settings.time_wait);
         }
         if seg_len > 0 {
             self.ack_now = true;
@@ -523,7 +523,7 @@ impl Tcb {
     }
 
     fn invalid_rate_limited(&mut self, now: Instant) -> bool {
-        let gap = self.set.invalid_ratelimit;
+        let gap = self.settings.invalid_ratelimit;
         if let Some(last) = self.last_invalid_ack {
             if !gap.is_zero() && now.saturating_duration_since(last) < gap && now >= last {
                 return true;
@@ -575,7 +575,7 @@ impl Tcb {
                 n += 1;
             }
             let (una, nxt) = (ack.max(self.snd_una), self.snd_nxt);
-            let sb = self.sb.get_mut(self.set.sack_max_ranges as usize);
+            let sb = self.sb.get_mut(self.settings.sack_max_ranges as usize);
             let forgotten = sb.forgotten();
             let d = sb.update(una, nxt, &blocks[..n]);
             newly_sacked = d.newly_sacked;
@@ -629,7 +629,7 @@ impl Tcb {
             self.stats.rack_losses > prior_losses
         } else {
             self.sb
-                .is_lost(self.snd_una, self.mss(), self.set.dupthresh)
+                .is_lost(self.snd_una, self.mss(), self.settings.dupthresh)
         };
         self.prr_on_ack(delivered_data, acked > 0, new_loss);
         // Idle again: RACK's records, the scoreboard and PRR's episode go.
@@ -641,7 +641,8 @@ impl Tcb {
                 State::FinWait1 => {
                     self.state = State::FinWait2;
                     if self.app_closed {
-                        self.timers.set(Timer::State, now + self.set.fin_wait_2);
+                        self.timers
+                            .set(Timer::State, now + self.settings.fin_wait_2);
                     }
                 }
                 State::Closing => self.enter_time_wait(now),
@@ -732,7 +733,7 @@ impl Tcb {
         }
         self.high_rxt = self.high_rxt.max(self.snd_una);
 
-        if self.send_space() >= self.set.sndlowat as usize && n > 0 {
+        if self.send_space() >= self.settings.sndlowat as usize && n > 0 {
             self.events.insert(Events::WRITABLE);
             self.info_state.snd_nospace = false;
         }
@@ -807,10 +808,11 @@ impl Tcb {
                     return;
                 }
                 let lost_head =
-                    self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.set.dupthresh);
+                    self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.settings.dupthresh);
                 // RFC 6675 §5 / RFC 6582 §3.2 step 1: no new recovery until the previous
                 // recovery point was acknowledged.
-                if (self.dupacks >= self.set.dupthresh || lost_head) && self.snd_una >= self.recover
+                if (self.dupacks >= self.settings.dupthresh || lost_head)
+                    && self.snd_una >= self.recover
                 {
                     self.enter_fast_recovery(now, prior_in_flight);
                 }
@@ -839,7 +841,7 @@ impl Tcb {
             self.reno_cwnd = self
                 .cc
                 .ssthresh()
-                .saturating_add(self.set.dupthresh.saturating_mul(mss));
+                .saturating_add(self.settings.dupthresh.saturating_mul(mss));
         }
     }
 
@@ -982,7 +984,7 @@ impl Tcb {
                 // The peer's segment size: a merged segment's pieces, never its length.
                 let piece = if pieces.n > 1 { pieces.size } else { n };
                 self.rcv_mss = self.rcv_mss.max(piece.min(self.adv_mss));
-                if pieces.n > 1 && !self.set.gro_stretch_acks {
+                if pieces.n > 1 && !self.settings.gro_stretch_acks {
                     // The ACKs the pieces before the last would have drawn, owed to the
                     // peer; what the last piece draws is decided below as for any segment.
                     self.owe_in_order_acks(seq, seq.since(seg_seq), n, pieces);
@@ -1029,7 +1031,8 @@ impl Tcb {
                 } else if self.rcv_unacked_bytes > self.rcv_mss {
                     self.ack_now = true;
                 } else if !self.timers.is_armed(Timer::DelayedAck) {
-                    self.timers.set(Timer::DelayedAck, now + self.set.delack);
+                    self.timers
+                        .set(Timer::DelayedAck, now + self.settings.delack);
                 }
                 if beyond > 0 {
                     // The pieces beyond the window each drew an ACK of what the window
@@ -1147,7 +1150,7 @@ impl Tcb {
         self.timers.stop(Timer::Keepalive);
         self.timers.stop(Timer::Cork);
         self.probe_pending = false;
-        self.timers.set(Timer::State, now + self.set.time_wait);
+        self.timers.set(Timer::State, now + self.settings.time_wait);
         self.events.insert(Events::READABLE);
     }
 }

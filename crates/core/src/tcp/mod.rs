@@ -9,12 +9,12 @@
 //! else:
 //!
 //! * a segment that IP has already validated and demultiplexed to it
-//!   ([`Tcb::on_segment`]),
+//!   ([`Tcb::handle_segment`]),
 //! * an application call ([`Tcb::send`], [`Tcb::recv`], [`Tcb::shutdown_write`],
 //!   [`Tcb::close`], [`Tcb::abort`], socket options),
-//! * the passage of time ([`Tcb::on_timeout`] once `now` reaches [`Tcb::poll_timeout`]).
+//! * the passage of time ([`Tcb::handle_timeout`] once `now` reaches [`Tcb::poll_timeout`]).
 //!
-//! and produces segments ([`Tcb::poll_transmit`]), events ([`Tcb::take_events`]) and its
+//! and produces segments ([`Tcb::poll_transmit`]), events ([`Tcb::poll_events`]) and its
 //! next deadline. It never reads a clock, never allocates per segment on the receive fast
 //! path beyond buffering data, and never panics whatever the input: sequence arithmetic is
 //! modular ([`seq::SeqNum`]) and every length taken from the wire is checked.

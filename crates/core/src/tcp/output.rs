@@ -124,7 +124,7 @@ impl Tcb {
             }
             _ => {}
         }
-        // The ACKs a coalesced segment's pieces would have drawn (`on_segment_gro`), in
+        // The ACKs a coalesced segment's pieces would have drawn (`handle_segment_gro`), in
         // order, before anything that acknowledges more.
         if let Some(point) = self.owed_acks.pop_front() {
             return Some(self.build_owed_ack(now, point));
@@ -210,7 +210,7 @@ impl Tcb {
                 self.snd_nxt,
                 self.high_rxt,
                 mss,
-                self.set.dupthresh,
+                self.settings.dupthresh,
             ),
             Recovery::Loss => {
                 // After an RTO everything below the recovery point is presumed lost: only
@@ -274,7 +274,7 @@ impl Tcb {
                         self.sb.next_unsacked(self.snd_una, self.high_rxt, mss)
                     } else {
                         self.sb
-                            .next_lost(self.snd_una, self.high_rxt, mss, self.set.dupthresh)
+                            .next_lost(self.snd_una, self.high_rxt, mss, self.settings.dupthresh)
                     }
                 }
                 Recovery::Loss if rule3 => None,
@@ -298,7 +298,7 @@ impl Tcb {
         // choose the segment size. RFC 6675 §4 NextSeg() sends "up to SMSS" from the
         // hole; re-sending SACKed octets is harmless (SACK is advisory, RFC 2018 §8).
         let span = if span > 0 {
-            span.max(self.set.mss_min.min(mss).min(self.snd_nxt.since(seq)))
+            span.max(self.settings.mss_min.min(mss).min(self.snd_nxt.since(seq)))
         } else {
             span
         };
@@ -420,7 +420,7 @@ impl Tcb {
             if corked {
                 return None;
             }
-            let nagle_limit = mss.min(self.set.naglim);
+            let nagle_limit = mss.min(self.settings.naglim);
             if !self.nodelay && !nothing_in_flight && len < nagle_limit && !force {
                 return None;
             }
@@ -456,7 +456,7 @@ impl Tcb {
         }
         if (self.cork || self.more) && len == unsent {
             if self.timers.is_expired(Timer::Cork, now) {
-                // Released by the cork timer: a push (see `on_timeout`).
+                // Released by the cork timer: a push (see `handle_timeout`).
                 self.nopush_end = None;
             }
             self.timers.stop(Timer::Cork);
@@ -512,7 +512,7 @@ impl Tcb {
             let corked = (self.cork || self.more)
                 && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
                 && !self.push_once;
-            let nagle = !self.nodelay && tail < mss.min(self.set.naglim);
+            let nagle = !self.nodelay && tail < mss.min(self.settings.naglim);
             if fin_pending || (!corked && !nagle) {
                 return Some(unsent);
             }
@@ -524,7 +524,7 @@ impl Tcb {
     pub(super) fn arm_persist(&mut self, now: Instant) {
         let base = self.rtt.base_rto();
         let factor = 1u32 << self.persist_backoff.min(12);
-        let t = base.saturating_mul(factor).min(self.set.rto_max);
+        let t = base.saturating_mul(factor).min(self.settings.rto_max);
         self.timers.set(Timer::Persist, now + t);
     }
 
@@ -705,9 +705,9 @@ impl Tcb {
             o.timestamps = self.ts_ok.then(|| (self.ts_now(now), self.ts_recent));
             repr.ack = self.rcv_nxt.raw();
         } else {
-            o.window_scale = (self.set.wscale >= 2).then_some(self.rcv_wscale);
-            o.sack_permitted = self.set.sack >= 2;
-            o.timestamps = (self.set.tstamp >= 2).then(|| (self.ts_now(now), 0));
+            o.window_scale = (self.settings.wscale >= 2).then_some(self.rcv_wscale);
+            o.sack_permitted = self.settings.sack >= 2;
+            o.timestamps = (self.settings.tstamp >= 2).then(|| (self.ts_now(now), 0));
         }
         repr.window = self.select_window(true);
         // Sent before (SND.NXT is past ISS): a retransmission, which also ends RTT timing
@@ -774,7 +774,7 @@ impl Tcb {
             }
             let before = self.push_burst.1;
             self.push_burst.1 = before.saturating_add(pieces);
-            let every = self.set.push_segs;
+            let every = self.settings.push_segs;
             if every > 0 && self.push_burst.1 / every > before / every {
                 flags |= TcpFlags::PSH;
             }
@@ -918,7 +918,7 @@ mod tests {
             let mut p = vec![0; o.payload_len()];
             o.copy_payload(&mut p);
             let r = o.repr;
-            to.on_segment(now, &r, &p);
+            to.handle_segment(now, &r, &p);
         }
     }
 

@@ -945,7 +945,7 @@ impl Tcb {
     /// RACK runs on this connection: enabled and SACK negotiated (RFC 8985 §4 needs
     /// SACK to learn what was delivered).
     pub(super) fn rack_active(&self) -> bool {
-        self.set.rack && self.sack_ok
+        self.settings.rack && self.sack_ok
     }
 
     /// RACK decides what is lost (replacing RFC 6675's DupThresh rules): it runs and its
@@ -957,11 +957,11 @@ impl Tcb {
     }
 
     fn tlp_active(&self) -> bool {
-        self.set.tlp && self.sack_ok
+        self.settings.tlp && self.sack_ok
     }
 
     pub(super) fn rack_tracking(&self) -> bool {
-        self.sack_ok && (self.set.rack || self.set.tlp)
+        self.sack_ok && (self.settings.rack || self.settings.tlp)
     }
 
     /// Output sent `[seq, end)` (sequence space, FIN included).
@@ -1006,7 +1006,7 @@ impl Tcb {
             &self.sb,
             min_rtt,
             mss,
-            self.set.dupthresh,
+            self.settings.dupthresh,
         );
         self.info_state.delivered = self
             .info_state
@@ -1072,7 +1072,7 @@ impl Tcb {
         let in_rec = self.recovery != Recovery::Open;
         let reo = self.rack.reo_wnd(
             in_rec,
-            self.set.dupthresh,
+            self.settings.dupthresh,
             self.rtt.min_rtt(),
             self.rtt.srtt(),
         );
@@ -1135,7 +1135,7 @@ impl Tcb {
         self.state.is_synchronized() && self.snd_una != self.snd_nxt
     }
 
-    /// The reorder timer expired (run by `on_timeout`).
+    /// The reorder timer expired (run by `handle_timeout`).
     pub(super) fn rack_on_reorder_timeout(&mut self, now: Instant) {
         if self.rack_timers_live() && self.rack_active() {
             // RFC 8985 §6.3: RACK_detect_loss_and_arm_timer().
@@ -1143,7 +1143,7 @@ impl Tcb {
         }
     }
 
-    /// The probe timeout expired (run by `on_timeout`).
+    /// The probe timeout expired (run by `handle_timeout`).
     pub(super) fn rack_on_probe_timeout(&mut self, now: Instant) {
         if self.rack_timers_live()
             && self.tlp_active()
@@ -1287,7 +1287,7 @@ impl Tcb {
     pub fn rack_info(&self) -> (u32, u32, bool) {
         (
             self.rack.lost_segments(),
-            self.rack.reordering().max(self.set.dupthresh),
+            self.rack.reordering().max(self.settings.dupthresh),
             self.rack.reordering_seen(),
         )
     }

@@ -282,7 +282,7 @@ pub struct Tcb {
     pub(super) local: SocketAddrV4,
     pub(super) remote: SocketAddrV4,
     pub(super) state: State,
-    pub(super) set: TcpSettings,
+    pub(super) settings: TcpSettings,
     pub(super) passive: bool,
 
     // Send sequence variables (RFC 9293 §3.3.1).
@@ -342,9 +342,9 @@ pub struct Tcb {
     pub(super) ack_now: bool,
     pub(super) rcv_unacked_bytes: u32,
     pub(super) quickack: u32,
-    /// ACKs the pieces of a coalesced segment (`on_segment_gro`) would have drawn before
+    /// ACKs the pieces of a coalesced segment (`handle_segment_gro`) would have drawn before
     /// its last one, still to be sent, so the peer sees the ACKs it would have seen.
-    /// ACKs the pieces of a coalesced segment (`on_segment_gro`) would have drawn before
+    /// ACKs the pieces of a coalesced segment (`handle_segment_gro`) would have drawn before
     /// its last one, still to be sent (acknowledgment numbers, in order), so the peer sees
     /// the ACKs it would have seen. At most [`MAX_OWED_ACKS`]; unallocated until a
     /// coalesced segment arrives.
@@ -552,7 +552,7 @@ impl Tcb {
             last_data_sent: now,
             push_burst: (now, 0),
             // Off until the owner, which knows whether its device path takes large
-            // segments, turns it on (`set_lso_max`, usually with `set.lso_max`).
+            // segments, turns it on (`set_lso_max`, usually with `settings.lso_max`).
             lso_max: 0,
             tx_quota: None,
             tx_quota_blocked: false,
@@ -590,7 +590,7 @@ impl Tcb {
             error: None,
             stats: TcbStats::default(),
             info_state: InfoState::default(),
-            set,
+            settings: set,
         }
     }
 
@@ -599,8 +599,8 @@ impl Tcb {
     pub fn connect(now: Instant, spec: ConnSpec, set: TcpSettings) -> Tcb {
         let mut t = Tcb::new(now, spec, set, false);
         t.state = State::SynSent;
-        t.sack_ok = t.set.sack >= 2;
-        t.ts_ok = t.set.tstamp >= 2;
+        t.sack_ok = t.settings.sack >= 2;
+        t.ts_ok = t.settings.tstamp >= 2;
         t
     }
 
@@ -630,12 +630,12 @@ impl Tcb {
         let o = &syn.options;
         // MSS (RFC 9293 §3.7.1, MUST-14/15): default 536 when absent; RFC 6691: it
         // excludes options.
-        self.peer_mss = o.mss.map(u32::from).unwrap_or(self.set.mss_def);
+        self.peer_mss = o.mss.map(u32::from).unwrap_or(self.settings.mss_def);
         // RFC 7323 §2.2, §3.2, RFC 2018 §2: an option is in use when both SYNs carry it:
         // the active side takes it only if it offered it (setting 2), the passive side
         // answers an offer unless the option is off (setting 0).
         match o.window_scale {
-            Some(ws) if self.set.accepts(self.set.wscale, self.passive) => {
+            Some(ws) if self.settings.accepts(self.settings.wscale, self.passive) => {
                 // RFC 7323 §2.3: a shift above 14 is used as 14.
                 self.snd_wscale = ws.min(MAX_WSCALE);
                 self.ws_ok = true;
@@ -646,9 +646,9 @@ impl Tcb {
                 self.ws_ok = false;
             }
         }
-        self.sack_ok = o.sack_permitted && self.set.accepts(self.set.sack, self.passive);
+        self.sack_ok = o.sack_permitted && self.settings.accepts(self.settings.sack, self.passive);
         match o.timestamps {
-            Some((tsval, _)) if self.set.accepts(self.set.tstamp, self.passive) => {
+            Some((tsval, _)) if self.settings.accepts(self.settings.tstamp, self.passive) => {
                 self.ts_ok = true;
                 self.ts_recent = tsval;
                 self.ts_recent_time = now;
@@ -659,7 +659,7 @@ impl Tcb {
         if self.stats.data_segs_out == 0 {
             // RFC 6928 §2 / RFC 5681 §3.1: the initial window counts segments of the MSS
             // actually used, known only now.
-            self.cc = Cc::new(self.set.cc, self.mss(), self.set.init_cwnd);
+            self.cc = Cc::new(self.settings.cc, self.mss(), self.settings.init_cwnd);
         }
     }
 
@@ -674,7 +674,7 @@ impl Tcb {
     /// (RFC 6691).
     pub fn mss(&self) -> u32 {
         let by_path = self.pmtu.saturating_sub(IP_TCP_HEADERS);
-        let mss = self.peer_mss.min(by_path).max(self.set.mss_min);
+        let mss = self.peer_mss.min(by_path).max(self.settings.mss_min);
         let mss = self.user_mss.map_or(mss, |u| mss.min(u));
         let opts = if self.ts_ok { 12 } else { 0 };
         mss.saturating_sub(opts).max(1)
@@ -734,7 +734,7 @@ impl Tcb {
             return Ok(0);
         }
         // RFC 5681 §4.1: restart from the initial window after an idle period.
-        if self.set.slow_start_after_idle
+        if self.settings.slow_start_after_idle
             && self.snd_una == self.snd_nxt
             && self.state.is_synchronized()
             && now.saturating_duration_since(self.last_data_sent) > self.rtt.rto()
@@ -747,7 +747,8 @@ impl Tcb {
             self.snd_up = Some(self.snd_buf_seq + self.snd_buf.len() as u32);
         }
         if (self.cork || self.more) && !self.timers.is_armed(Timer::Cork) {
-            self.timers.set(Timer::Cork, now + self.set.cork_interval);
+            self.timers
+                .set(Timer::Cork, now + self.settings.cork_interval);
         }
         self.nopush_end = self
             .more
@@ -767,7 +768,7 @@ impl Tcb {
     /// Free send-buffer space that makes a blocked writer writable again
     /// (`tcp_xmit_lowat`, at most half the buffer).
     pub fn send_lowat(&self) -> usize {
-        (self.set.sndlowat as usize)
+        (self.settings.sndlowat as usize)
             .min(self.snd_cap as usize / 2)
             .max(1)
     }
@@ -922,7 +923,8 @@ impl Tcb {
         self.rcv_buf.clear();
         let _ = self.shutdown_write(now);
         if self.state == State::FinWait2 {
-            self.timers.set(Timer::State, now + self.set.fin_wait_2);
+            self.timers
+                .set(Timer::State, now + self.settings.fin_wait_2);
         }
     }
 
@@ -1049,7 +1051,8 @@ impl Tcb {
     pub fn set_more(&mut self, now: Instant, on: bool) {
         self.more = on;
         if on && self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
-            self.timers.set(Timer::Cork, now + self.set.cork_interval);
+            self.timers
+                .set(Timer::Cork, now + self.settings.cork_interval);
         }
         if !on {
             // The writer's data is complete: its end is a push point again.
@@ -1069,7 +1072,8 @@ impl Tcb {
             // window has not let out yet does not carry over to it.
             self.push_once = false;
             if self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
-                self.timers.set(Timer::Cork, now + self.set.cork_interval);
+                self.timers
+                    .set(Timer::Cork, now + self.settings.cork_interval);
             }
         } else {
             self.timers.stop(Timer::Cork);
@@ -1081,11 +1085,11 @@ impl Tcb {
     /// the initial window: no state is carried between algorithms, so a change
     /// mid-transfer is a conservative restart, like a restart after idle.
     pub fn set_congestion_control(&mut self, alg: CcAlgorithm) {
-        if alg == self.set.cc {
+        if alg == self.settings.cc {
             return;
         }
-        self.set.cc = alg;
-        self.cc = Cc::new(alg, self.mss(), self.set.init_cwnd);
+        self.settings.cc = alg;
+        self.cc = Cc::new(alg, self.mss(), self.settings.init_cwnd);
     }
 
     /// SO_KEEPALIVE (RFC 9293 §3.8.4): probe an idle connection.
@@ -1094,7 +1098,7 @@ impl Tcb {
         self.keepalive_sent = 0;
         self.timers.set_or_stop(
             Timer::Keepalive,
-            (on && self.state.is_synchronized()).then(|| now + self.set.keepalive_idle),
+            (on && self.state.is_synchronized()).then(|| now + self.settings.keepalive_idle),
         );
     }
 
@@ -1102,9 +1106,9 @@ impl Tcb {
     /// timer runs on as it was armed (see [`Tcb::set_keepalive_idle`] for Linux's
     /// TCP_KEEPIDLE).
     pub fn set_keepalive_params(&mut self, idle: Duration, intvl: Duration, probes: u32) {
-        self.set.keepalive_idle = idle.max(Duration::from_millis(1));
-        self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
-        self.set.keepalive_probes = probes.max(1);
+        self.settings.keepalive_idle = idle.max(Duration::from_millis(1));
+        self.settings.keepalive_intvl = intvl.max(Duration::from_millis(1));
+        self.settings.keepalive_probes = probes.max(1);
     }
 
     /// TCP_KEEPIDLE (RFC 9293 §3.8.4): the idle time before the first keepalive probe.
@@ -1113,11 +1117,11 @@ impl Tcb {
     /// already past), as Linux's `tcp_sock_set_keepidle_locked` does; probes already
     /// sent still count.
     pub fn set_keepalive_idle(&mut self, now: Instant, idle: Duration) {
-        self.set.keepalive_idle = idle.max(Duration::from_millis(1));
+        self.settings.keepalive_idle = idle.max(Duration::from_millis(1));
         if self.keepalive && self.state.is_synchronized() {
             self.timers.set(
                 Timer::Keepalive,
-                (self.last_rcv + self.set.keepalive_idle).max(now),
+                (self.last_rcv + self.settings.keepalive_idle).max(now),
             );
         }
     }
@@ -1125,12 +1129,12 @@ impl Tcb {
     /// TCP_KEEPINTVL: the time between unanswered keepalive probes (from the next probe
     /// on).
     pub fn set_keepalive_intvl(&mut self, intvl: Duration) {
-        self.set.keepalive_intvl = intvl.max(Duration::from_millis(1));
+        self.settings.keepalive_intvl = intvl.max(Duration::from_millis(1));
     }
 
     /// TCP_KEEPCNT: unanswered probes before the connection is dropped.
     pub fn set_keepalive_probes(&mut self, probes: u32) {
-        self.set.keepalive_probes = probes.max(1);
+        self.settings.keepalive_probes = probes.max(1);
     }
 
     /// Keepalive timing in use: (idle, interval, probes); the stack's tunables
@@ -1138,9 +1142,9 @@ impl Tcb {
     /// connection was created unless set on it.
     pub fn keepalive_params(&self) -> (Duration, Duration, u32) {
         (
-            self.set.keepalive_idle,
-            self.set.keepalive_intvl,
-            self.set.keepalive_probes,
+            self.settings.keepalive_idle,
+            self.settings.keepalive_intvl,
+            self.settings.keepalive_probes,
         )
     }
 
@@ -1174,7 +1178,7 @@ impl Tcb {
 
     /// SO_SNDBUF: resize the send buffer (bounded by `tcp_max_buf`).
     pub fn set_send_buffer(&mut self, bytes: usize) {
-        let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.set.max_buf.max(2048));
+        let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.settings.max_buf.max(2048));
         self.snd_cap = b.max(self.snd_buf.len().min(u32::MAX as usize) as u32);
     }
 
@@ -1183,18 +1187,18 @@ impl Tcb {
     pub(super) fn ooo_limits(&self) -> (usize, usize) {
         (
             self.rcv_cap as usize + (1 << MAX_WSCALE),
-            self.set.reass_max_segs as usize,
+            self.settings.reass_max_segs as usize,
         )
     }
 
     /// SO_RCVBUF: resize the receive buffer (bounded by `tcp_max_buf`; the window never
     /// shrinks below what was already advertised).
     pub fn set_recv_buffer(&mut self, bytes: usize) {
-        let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.set.max_buf.max(2048));
+        let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.settings.max_buf.max(2048));
         self.rcv_cap = b;
         self.ooo.set_limits(
             b as usize + (1 << MAX_WSCALE),
-            self.set.reass_max_segs as usize,
+            self.settings.reass_max_segs as usize,
         );
     }
 
@@ -1259,7 +1263,7 @@ impl Tcb {
     // ----------------------------------------------------------------------------------
 
     /// Events since the last call.
-    pub fn take_events(&mut self) -> Events {
+    pub fn poll_events(&mut self) -> Events {
         core::mem::take(&mut self.events)
     }
 
@@ -1476,7 +1480,7 @@ mod tests {
         let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
         let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
         assert_eq!(synack.options.mss, Some(1460), "the peer's own MSS");
-        a.on_segment(T0, &synack, &[]);
+        a.handle_segment(T0, &synack, &[]);
         let i = a.info();
         assert_eq!((i.adv_mss, i.user_mss, i.pmtu), (1100, Some(1100), 1500));
         // Timestamps were negotiated: 12 option bytes come off every segment.
@@ -1493,9 +1497,9 @@ mod tests {
         let syn = a.poll_transmit(T0).expect("SYN").repr;
         let mut b = Tcb::accept(T0, spec(B, A, 5000), settings(), &syn);
         let synack = b.poll_transmit(T0).expect("SYN,ACK").repr;
-        a.on_segment(T0, &synack, &[]);
+        a.handle_segment(T0, &synack, &[]);
         let ack = a.poll_transmit(T0).expect("ACK").repr;
-        b.on_segment(T0, &ack, &[]);
+        b.handle_segment(T0, &ack, &[]);
         let t1 = T0 + Duration::from_millis(30);
         assert_eq!(a.send(t1, &[7; 300]), Ok(300));
         let (seg, data) = {
@@ -1504,7 +1508,7 @@ mod tests {
             o.copy_payload(&mut v);
             (o.repr, v)
         };
-        b.on_segment(t1, &seg, &data);
+        b.handle_segment(t1, &seg, &data);
         let ia = a.info();
         let ib = b.info();
         assert_eq!((ia.ca_state, ib.ca_state), (CA_OPEN, CA_OPEN));
@@ -1532,7 +1536,7 @@ mod tests {
     fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
         let mut out = Vec::new();
         for (r, p) in segs {
-            t.on_segment(now, r, p);
+            t.handle_segment(now, r, p);
             out.extend(drain(t, now));
         }
         out
@@ -1571,7 +1575,7 @@ mod tests {
         let t2 = t + Duration::from_millis(10);
         let acks = feed(&mut b, t2, &segs[1..]);
         for (r, p) in &acks {
-            a.on_segment(t2, r, p);
+            a.handle_segment(t2, r, p);
         }
         let i = a.info();
         assert_eq!(i.ca_state, CA_RECOVERY);
@@ -1623,7 +1627,7 @@ mod tests {
         let dupacks = feed(&mut b, t2, &segs[1..]);
         let mut rtx = Vec::new();
         for (r, p) in &dupacks {
-            a.on_segment(t2, r, p);
+            a.handle_segment(t2, r, p);
             rtx.extend(
                 drain(&mut a, t2)
                     .into_iter()
@@ -1656,7 +1660,7 @@ mod tests {
                 break;
             }
             now = a.poll_timeout().expect("a timer runs");
-            a.on_timeout(now);
+            a.handle_timeout(now);
             if a.info().ca_state != CA_LOSS {
                 sent.extend(drain(&mut a, now));
             }
@@ -1694,7 +1698,7 @@ mod tests {
         synack.ack = 1001;
         synack.window = win;
         synack.options.mss = Some(1000);
-        a.on_segment(T0, &synack, &[]);
+        a.handle_segment(T0, &synack, &[]);
         drain(&mut a, T0);
         assert_eq!(a.state(), State::Established);
         a
@@ -1706,7 +1710,7 @@ mod tests {
         (r.src_port, r.dst_port) = (B.port(), A.port());
         r.ack = ack;
         r.window = win;
-        a.on_segment(now, &r, &[]);
+        a.handle_segment(now, &r, &[]);
         drain(a, now)
     }
 
@@ -1773,7 +1777,7 @@ mod tests {
         a.set_nodelay(true);
         a.set_send_buffer(2048);
         // A congestion window of one segment (after an RTO, RFC 5681 §3.1).
-        a.cc = Cc::new(a.set.cc, a.mss(), 1);
+        a.cc = Cc::new(a.settings.cc, a.mss(), 1);
         let t1 = T0 + ms(10);
         assert_eq!(a.send(t1, &[1; 4000]), Ok(2048));
         assert_eq!(drain(&mut a, t1).len(), 1);

@@ -2,7 +2,7 @@
 //! (§3.8.6.1), delayed ACK (§3.8.6.3), keepalive (§3.8.4), TIME-WAIT and the FIN-WAIT-2
 //! limit, the TCP_CORK limit, and RACK-TLP's reorder timer and probe timeout (RFC 8985
 //! §6.3, §7.2). Each is an optional deadline in one [`TimerTable`] keyed by [`Timer`];
-//! [`Tcb::poll_timeout`] returns the earliest and [`Tcb::on_timeout`] runs every one
+//! [`Tcb::poll_timeout`] returns the earliest and [`Tcb::handle_timeout`] runs every one
 //! that is due, in the fixed order of [`Timer::ALL`].
 
 use core::ops::ControlFlow;
@@ -18,7 +18,7 @@ const ORPHAN_PROBES: u32 = 8;
 
 /// One of a connection's timers.
 ///
-/// The declaration order is the order in which [`Tcb::on_timeout`] runs the timers due
+/// The declaration order is the order in which [`Tcb::handle_timeout`] runs the timers due
 /// at the same instant, and the order in which [`TimerTable::next`] breaks ties. It
 /// matters: a handler may stop or rearm a timer that runs after it (the probe timeout
 /// rearms the retransmission timer; a retransmission timeout stops the reorder timer),
@@ -138,7 +138,7 @@ impl TimerTable {
     }
 
     /// The timers due at `now`, in firing order: a snapshot, as the table is now.
-    /// ([`Tcb::on_timeout`] looks at each timer only when its turn comes, since the
+    /// ([`Tcb::handle_timeout`] looks at each timer only when its turn comes, since the
     /// handlers before it may have stopped or rearmed it.)
     pub fn expired(&self, now: Instant) -> impl Iterator<Item = Timer> + '_ {
         Timer::ALL
@@ -148,7 +148,7 @@ impl TimerTable {
 }
 
 impl Tcb {
-    /// The earliest instant at which [`Tcb::on_timeout`] has work to do. `None` while
+    /// The earliest instant at which [`Tcb::handle_timeout`] has work to do. `None` while
     /// fused: a fused connection runs no timer at all (see `fusion.rs`).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.fused {
@@ -166,7 +166,7 @@ impl Tcb {
     /// Runs every timer that is due at `now`, in the order of [`Timer::ALL`]; each is
     /// looked at only when its turn comes, after the handlers before it ran. Does
     /// nothing while fused.
-    pub fn on_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         if self.fused {
             return;
         }
@@ -244,7 +244,7 @@ impl Tcb {
         match self.state {
             State::SynSent | State::SynReceived => {
                 // R2 for a SYN (RFC 9293 §3.8.3, MUST-20/21).
-                let limit = self.user_timeout.unwrap_or(self.set.abort_cinterval);
+                let limit = self.user_timeout.unwrap_or(self.settings.abort_cinterval);
                 if elapsed >= limit {
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
                     self.fail(e);
@@ -269,7 +269,7 @@ impl Tcb {
                     return;
                 }
                 // R2 (RFC 9293 §3.8.3) or TCP_USER_TIMEOUT (RFC 5482).
-                let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
+                let limit = self.user_timeout.unwrap_or(self.settings.abort_interval);
                 if elapsed >= limit {
                     // A soft error seen meanwhile explains the timeout better.
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
@@ -316,7 +316,7 @@ impl Tcb {
         if !self.state.may_have_outstanding() {
             return;
         }
-        let limit = self.user_timeout.unwrap_or(self.set.abort_interval);
+        let limit = self.user_timeout.unwrap_or(self.settings.abort_interval);
         if self.persist_backoff > 0 && now.saturating_duration_since(self.last_rcv) >= limit {
             self.fail(TcpError::TimedOut);
             return;
@@ -344,18 +344,20 @@ impl Tcb {
             return;
         }
         let idle = now.saturating_duration_since(self.last_rcv);
-        if self.keepalive_sent == 0 && idle < self.set.keepalive_idle {
-            self.timers
-                .set(Timer::Keepalive, self.last_rcv + self.set.keepalive_idle);
+        if self.keepalive_sent == 0 && idle < self.settings.keepalive_idle {
+            self.timers.set(
+                Timer::Keepalive,
+                self.last_rcv + self.settings.keepalive_idle,
+            );
             return;
         }
         if self.snd_una != self.snd_nxt {
             // Data is outstanding: the retransmission timer watches the connection.
             self.timers
-                .set(Timer::Keepalive, now + self.set.keepalive_idle);
+                .set(Timer::Keepalive, now + self.settings.keepalive_idle);
             return;
         }
-        if self.keepalive_sent >= self.set.keepalive_probes {
+        if self.keepalive_sent >= self.settings.keepalive_probes {
             // Given up: ETIMEDOUT, and a RST to the peer in case it is alive after all
             // but cannot answer (as Linux's tcp_keepalive_timer: tcp_send_active_reset,
             // then tcp_write_err). The RST leaves from output, as an abort's does.
@@ -372,7 +374,7 @@ impl Tcb {
         self.keepalive_sent += 1;
         self.probe_pending = true;
         self.timers
-            .set(Timer::Keepalive, now + self.set.keepalive_intvl);
+            .set(Timer::Keepalive, now + self.settings.keepalive_intvl);
     }
 }
 
@@ -525,7 +527,7 @@ mod tests {
     fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
         let mut out = Vec::new();
         for (r, p) in segs {
-            t.on_segment(now, r, p);
+            t.handle_segment(now, r, p);
             out.extend(drain(t, now));
         }
         out
@@ -545,7 +547,10 @@ mod tests {
             (a.state(), b.state()),
             (State::Established, State::Established)
         );
-        assert!(a.sack_ok && a.set.tlp, "the test needs the probe timeout");
+        assert!(
+            a.sack_ok && a.settings.tlp,
+            "the test needs the probe timeout"
+        );
         (a, b)
     }
 
@@ -555,7 +560,7 @@ mod tests {
     /// timer still runs after them. Run in another order, the RTO would fire first and
     /// cancel the probe (`timeouts` 1, no probe).
     #[test]
-    fn on_timeout_runs_the_due_timers_in_firing_order() {
+    fn handle_timeout_runs_the_due_timers_in_firing_order() {
         let (mut a, _b) = pair();
         let t = T0 + Duration::from_millis(20);
         assert_eq!(a.send(t, &[7; 100]), Ok(100));
@@ -570,7 +575,7 @@ mod tests {
         a.timers.set(Timer::State, due + Duration::from_secs(1));
         // A snapshot of what is due now: everything but the state timer.
         assert_eq!(a.timers().expired(due).count(), Timer::COUNT - 1);
-        a.on_timeout(due);
+        a.handle_timeout(due);
         let st = a.stats();
         assert_eq!(st.acks_delayed, 1, "the delayed ACK ran");
         assert_eq!(st.timeouts, 0, "the probe replaced the RTO");
@@ -612,10 +617,10 @@ mod tests {
         let due = a.timers.get(Timer::State).expect("FIN-WAIT-2 limit");
         a.timers.set(Timer::DelayedAck, due);
         a.timers.set(Timer::Persist, due);
-        a.take_events();
-        a.on_timeout(due);
+        a.poll_events();
+        a.handle_timeout(due);
         assert_eq!(a.state(), State::Closed);
-        assert!(a.take_events().contains(Events::CLOSED));
+        assert!(a.poll_events().contains(Events::CLOSED));
         assert_eq!(a.stats().acks_delayed, 0, "the delayed ACK did not run");
         assert_eq!(a.persist_backoff, 0, "the persist timer did not run");
         assert_eq!(a.poll_timeout(), None);
@@ -634,7 +639,7 @@ mod tests {
         a.timers.stop(Timer::TailLossProbe);
         a.timers.set(Timer::Retransmit, due);
         a.timers.set(Timer::Persist, due);
-        a.on_timeout(due);
+        a.handle_timeout(due);
         assert_eq!(a.state(), State::Closed);
         assert_eq!(a.error, Some(TcpError::TimedOut));
         assert_eq!(a.persist_backoff, 0, "the persist timer did not run");

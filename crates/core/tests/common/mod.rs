@@ -198,7 +198,7 @@ impl One {
 
     /// Feeds a segment and collects the output.
     pub fn input(&mut self, seg: &TcpRepr, payload: &[u8]) {
-        self.tcb.on_segment(self.now, seg, payload);
+        self.tcb.handle_segment(self.now, seg, payload);
         self.flush();
     }
 
@@ -246,7 +246,7 @@ impl One {
                 break;
             }
             self.now = self.now.max(t);
-            self.tcb.on_timeout(self.now);
+            self.tcb.handle_timeout(self.now);
             self.flush();
         }
         self.now = end;
@@ -257,7 +257,7 @@ impl One {
         let t = self.tcb.poll_timeout()?;
         let d = t.saturating_duration_since(self.now);
         self.now = self.now.max(t);
-        self.tcb.on_timeout(self.now);
+        self.tcb.handle_timeout(self.now);
         self.flush();
         Some(d)
     }
@@ -353,10 +353,10 @@ impl Pair {
                         self.b = Some(t);
                     }
                 } else if let Some(b) = self.b.as_mut() {
-                    b.on_segment(self.now, &s.repr, &s.data);
+                    b.handle_segment(self.now, &s.repr, &s.data);
                 }
             }
-            Dir::BtoA => self.a.on_segment(self.now, &s.repr, &s.data),
+            Dir::BtoA => self.a.handle_segment(self.now, &s.repr, &s.data),
         }
     }
 
@@ -394,11 +394,11 @@ impl Pair {
                 }
             }
             if self.a.poll_timeout().is_some_and(|t| t <= self.now) {
-                self.a.on_timeout(self.now);
+                self.a.handle_timeout(self.now);
             }
             if let Some(b) = self.b.as_mut() {
                 if b.poll_timeout().is_some_and(|t| t <= self.now) {
-                    b.on_timeout(self.now);
+                    b.handle_timeout(self.now);
                 }
             }
         }

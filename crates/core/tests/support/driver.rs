@@ -703,7 +703,7 @@ impl Drv {
                 iss.wrapping_add(1),
             );
             sa.window = *window;
-            d.tcb.on_segment(d.now, &sa, &[]);
+            d.tcb.handle_segment(d.now, &sa, &[]);
             d.flush();
         }
         d.check(&"start");
@@ -795,7 +795,7 @@ impl Drv {
                 same = 0;
             }
             self.now = self.now.max(t);
-            self.tcb.on_timeout(self.now);
+            self.tcb.handle_timeout(self.now);
             self.flush();
             fired += 1;
         }
@@ -858,7 +858,7 @@ impl Drv {
         };
         let payload = vec![0xa5u8; s.len];
         self.peer_ts = self.peer_ts.wrapping_add(1);
-        self.tcb.on_segment(self.now, &r, &payload);
+        self.tcb.handle_segment(self.now, &r, &payload);
     }
 
     fn peer_repr(&mut self, flags: TcpFlags, ack: u32, window: u16) -> TcpRepr {
@@ -891,7 +891,7 @@ impl Drv {
                 let inflight = i.snd_nxt.wrapping_sub(i.snd_una);
                 let adv = (u64::from(inflight) * u64::from(*frac) / 255) as u32;
                 let r = self.peer_repr(TcpFlags::ACK, i.snd_una.wrapping_add(adv), *win);
-                self.tcb.on_segment(now, &r, &[]);
+                self.tcb.handle_segment(now, &r, &[]);
             }
             Op::PeerData(n, fin) => {
                 let i = self.tcb.info();
@@ -902,14 +902,14 @@ impl Drv {
                 let r = self.peer_repr(flags, i.snd_una, 65535);
                 let data = pattern(self.peer_off, usize::from(*n));
                 self.peer_off += u64::from(*n);
-                self.tcb.on_segment(now, &r, &data);
+                self.tcb.handle_segment(now, &r, &data);
             }
             Op::PeerOoo(gap, n) => {
                 let i = self.tcb.info();
                 let mut r = self.peer_repr(TcpFlags::ACK, i.snd_una, 65535);
                 r.seq = r.seq.wrapping_add(*gap);
                 let data = vec![0x3c; usize::from(*n)];
-                self.tcb.on_segment(now, &r, &data);
+                self.tcb.handle_segment(now, &r, &data);
             }
             Op::PeerSack(blocks) => {
                 let i = self.tcb.info();
@@ -925,7 +925,7 @@ impl Drv {
                     })
                     .collect();
                 r.options.set_sack_blocks(&b);
-                self.tcb.on_segment(now, &r, &[]);
+                self.tcb.handle_segment(now, &r, &[]);
             }
             Op::Send(n) | Op::SendUrgent(n) => {
                 let urgent = matches!(op, Op::SendUrgent(_));
@@ -987,7 +987,7 @@ impl Drv {
             Op::NextTimer => {
                 if let Some(t) = self.tcb.poll_timeout() {
                     self.now = self.now.max(t);
-                    self.tcb.on_timeout(self.now);
+                    self.tcb.handle_timeout(self.now);
                 }
             }
         }
@@ -1004,7 +1004,7 @@ impl Drv {
             self.tcb.send_space(),
             self.tcb.at_eof(),
             self.tcb.is_closed(),
-            self.tcb.take_events(),
+            self.tcb.poll_events(),
             self.tcb.poll_timeout(),
         );
         assert!(

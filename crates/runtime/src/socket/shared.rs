@@ -15,7 +15,7 @@
 //! SeqCst as acquire/release, reported a lost wake-up there, and the lock costs little.
 
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
-use ember_core::host::Key;
+use ember_core::slab::Key;
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// Largest chunk copied on the queued (slow) path of one read or write.
 const QUEUED_CHUNK: usize = 1 << 20;
 
-fn closing(st: &StackInner) -> io::Result<()> {
+fn closing(stack: &StackInner) -> io::Result<()> {
     if crate::squeue::depth() > 0 {
         // A socket call from inside a squeue (a probe subscriber) would wait for the
         // squeue it runs in.
@@ -37,7 +37,7 @@ fn closing(st: &StackInner) -> io::Result<()> {
             "socket call from inside a squeue (e.g. a probe subscriber)",
         ));
     }
-    if st.closing.load(Ordering::SeqCst) {
+    if stack.closing.load(Ordering::SeqCst) {
         return Err(io::Error::new(
             io::ErrorKind::NotConnected,
             "the stack was shut down",
@@ -63,7 +63,7 @@ fn check_timeout(t: Option<Duration>) -> io::Result<()> {
 
 /// A TCP connection.
 pub struct TcpStream {
-    st: Arc<StackInner>,
+    stack: Arc<StackInner>,
     shared: Arc<ConnShared>,
 }
 
@@ -106,24 +106,29 @@ impl TcpStream {
     }
 
     fn connect_start(stack: &Stack, remote: SocketAddrV4) -> io::Result<TcpStream> {
-        let st = stack.inner.clone();
-        closing(&st)?;
+        let inner = stack.inner.clone();
+        closing(&inner)?;
         ember_core::ip::check_destination(remote)?;
-        let Some((src, mtu, is_local)) = st.source_for(*remote.ip()) else {
+        let Some((src, mtu, is_local)) = inner.source_for(*remote.ip()) else {
             return Err(io::Error::new(
                 io::ErrorKind::NetworkUnreachable,
                 "no route to the destination",
             ));
         };
-        let sq = st.caller_squeue();
+        let sq = inner.caller_squeue();
         for _ in 0..16 {
-            let local = st.ephemeral(src, remote, sq)?;
-            let st2 = st.clone();
-            let r = st.squeues[sq].call(u64::MAX, move |p: &mut TcpPerimeter| {
-                p.connect(&st2, crate::clock::now(), local, remote, mtu, is_local)
+            let local = inner.ephemeral(src, remote, sq)?;
+            let inner2 = inner.clone();
+            let r = inner.squeues[sq].call(u64::MAX, move |p: &mut TcpPerimeter| {
+                p.connect(&inner2, crate::clock::now(), local, remote, mtu, is_local)
             });
             match r {
-                Ok(shared) => return Ok(TcpStream { st, shared }),
+                Ok(shared) => {
+                    return Ok(TcpStream {
+                        stack: inner,
+                        shared,
+                    })
+                }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(e),
             }
@@ -160,7 +165,7 @@ impl TcpStream {
     }
 
     fn sq(&self) -> &Arc<Squeue<TcpPerimeter>> {
-        &self.st.squeues[self.shared.sq]
+        &self.stack.squeues[self.shared.sq]
     }
 
     fn tag(&self) -> u64 {
@@ -186,10 +191,10 @@ impl TcpStream {
         &self,
         f: impl FnOnce(&mut TcpPerimeter, &StackInner, ember_core::time::Instant) -> R + Send + 'static,
     ) -> io::Result<R> {
-        closing(&self.st)?;
-        let st = self.st.clone();
+        closing(&self.stack)?;
+        let stack = self.stack.clone();
         Ok(self.sq().call(self.tag(), move |p: &mut TcpPerimeter| {
-            f(p, &st, crate::clock::now())
+            f(p, &stack, crate::clock::now())
         }))
     }
 
@@ -199,23 +204,23 @@ impl TcpStream {
         f: impl FnOnce(&mut ember_core::tcp::Tcb, ember_core::time::Instant) -> R + Send + 'static,
     ) -> io::Result<R> {
         let key = self.shared.key;
-        self.call(move |p, st, now| p.with_tcb(st, now, key, |t| f(t, now)))?
+        self.call(move |p, stack, now| p.with_tcb(stack, now, key, |t| f(t, now)))?
     }
 
     fn recv_once(&self, buf: &mut [u8], peek: bool, spin: Duration) -> io::Result<usize> {
-        closing(&self.st)?;
+        closing(&self.stack)?;
         let key = self.shared.key;
-        let st = &*self.st;
+        let stack = &*self.stack;
         match self.sq().try_process_spin(
-            |p: &mut TcpPerimeter| p.recv(st, crate::clock::now(), key, buf, peek),
+            |p: &mut TcpPerimeter| p.recv(stack, crate::clock::now(), key, buf, peek),
             spin,
         ) {
             Ok(r) => r,
             Err(_) => {
                 let len = buf.len().min(QUEUED_CHUNK);
-                let (r, v) = self.call(move |p, st, now| {
+                let (r, v) = self.call(move |p, stack, now| {
                     let mut v = vec![0u8; len];
-                    let r = p.recv(st, now, key, &mut v, peek);
+                    let r = p.recv(stack, now, key, &mut v, peek);
                     (r, v)
                 })?;
                 if let Ok(n) = r {
@@ -227,17 +232,17 @@ impl TcpStream {
     }
 
     fn send_once(&self, data: &[u8], oob: bool, spin: Duration) -> io::Result<usize> {
-        closing(&self.st)?;
+        closing(&self.stack)?;
         let key = self.shared.key;
-        let st = &*self.st;
+        let stack = &*self.stack;
         match self.sq().try_process_spin(
-            |p: &mut TcpPerimeter| p.send(st, crate::clock::now(), key, data, oob),
+            |p: &mut TcpPerimeter| p.send(stack, crate::clock::now(), key, data, oob),
             spin,
         ) {
             Ok(r) => r,
             Err(_) => {
                 let v = data[..data.len().min(QUEUED_CHUNK)].to_vec();
-                self.call(move |p, st, now| p.send(st, now, key, &v, oob))?
+                self.call(move |p, stack, now| p.send(stack, now, key, &v, oob))?
             }
         }
     }
@@ -373,7 +378,7 @@ impl TcpStream {
         }
         if matches!(how, Write | Both) {
             let key = self.shared.key;
-            self.call(move |p, st, now| p.shutdown_write(st, now, key))??;
+            self.call(move |p, stack, now| p.shutdown_write(stack, now, key))??;
         }
         Ok(())
     }
@@ -555,7 +560,7 @@ impl TcpStream {
         let r = self.shared.waitable.ready();
         if r & ready::CONNECTED == 0
             || r & ready::HUP != 0
-            || self.st.closing.load(Ordering::SeqCst)
+            || self.stack.closing.load(Ordering::SeqCst)
         {
             // Not plainly connected: ask the squeue (which refuses after a shutdown).
             let s = self.tcb_state()?;
@@ -712,8 +717,8 @@ impl Drop for TcpStream {
         let abort = o.linger == Some(Duration::ZERO);
         let key = self.shared.key;
         let close = move |p: &mut TcpPerimeter| {
-            if let Some(st) = p.stack.upgrade() {
-                p.close(&st, crate::clock::now(), key, abort);
+            if let Some(stack) = p.stack.upgrade() {
+                p.close(&stack, crate::clock::now(), key, abort);
             }
         };
         // Like any socket call, wait a little for a busy squeue and close here rather
@@ -726,7 +731,7 @@ impl Drop for TcpStream {
 
 /// A listening socket.
 pub struct TcpListener {
-    st: Arc<StackInner>,
+    stack: Arc<StackInner>,
     l: Arc<ListenerShared>,
 }
 
@@ -754,32 +759,32 @@ impl TcpListener {
         backlog: u32,
         reuse_addr: bool,
     ) -> io::Result<TcpListener> {
-        let st = stack.inner.clone();
-        closing(&st)?;
-        if !local.ip().is_unspecified() && !st.is_local_addr(*local.ip()) {
+        let inner = stack.inner.clone();
+        closing(&inner)?;
+        if !local.ip().is_unspecified() && !inner.is_local_addr(*local.ip()) {
             return Err(io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
                 "address not available",
             ));
         }
-        let max_q = st.params().tcp_conn_req_max_q;
+        let max_q = inner.params().tcp_conn_req_max_q;
         let backlog = backlog.clamp(1, max_q);
         let local = if local.port() == 0 {
             let (lo, hi) = {
-                let p = st.params();
+                let p = inner.params();
                 (p.tcp_smallest_anon_port, p.tcp_largest_anon_port)
             };
             let mut found = None;
             for p in lo..=hi {
                 let p = p as u16;
-                if !st.classifier.listening(*local.ip(), p) && !st.classifier.port_in_use(p) {
+                if !inner.classifier.listening(*local.ip(), p) && !inner.classifier.port_in_use(p) {
                     found = Some(SocketAddrV4::new(*local.ip(), p));
                     break;
                 }
             }
             found.ok_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port"))?
         } else {
-            if !reuse_addr && st.classifier.port_in_use(local.port()) {
+            if !reuse_addr && inner.classifier.port_in_use(local.port()) {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
                     "address already in use",
@@ -788,14 +793,14 @@ impl TcpListener {
             local
         };
         let l = ListenerShared::new(local, backlog);
-        st.classifier.add_listener(l.clone())?;
-        Ok(TcpListener { st, l })
+        inner.classifier.add_listener(l.clone())?;
+        Ok(TcpListener { stack: inner, l })
     }
 
     /// accept(): the next established connection (blocking unless non-blocking).
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         loop {
-            closing(&self.st)?;
+            closing(&self.stack)?;
             let popped = {
                 // Readiness is published under the queue lock, so it always matches the
                 // queue (a concurrent enqueue cannot have its ACCEPT cleared).
@@ -806,7 +811,7 @@ impl TcpListener {
             };
             if let Some(shared) = popped {
                 let key = shared.key;
-                self.st.squeues[shared.sq].enter(
+                self.stack.squeues[shared.sq].enter(
                     Mode::Process,
                     key.as_u64(),
                     move |p: &mut TcpPerimeter| p.accepted(key),
@@ -814,7 +819,7 @@ impl TcpListener {
                 let peer = SocketAddr::V4(shared.remote);
                 return Ok((
                     TcpStream {
-                        st: self.st.clone(),
+                        stack: self.stack.clone(),
                         shared,
                     },
                     peer,
@@ -893,14 +898,14 @@ impl TcpListener {
 impl Drop for TcpListener {
     fn drop(&mut self) {
         self.l.closed.store(true, Ordering::SeqCst);
-        self.st.classifier.remove_listener(&self.l);
+        self.stack.classifier.remove_listener(&self.l);
         let queued: Vec<Arc<ConnShared>> = self.l.accept_q.lock().drain(..).collect();
         drop(queued);
-        for sq in &self.st.squeues {
+        for sq in &self.stack.squeues {
             let l = self.l.clone();
             sq.enter(Mode::Process, u64::MAX, move |p: &mut TcpPerimeter| {
-                if let Some(st) = p.stack.upgrade() {
-                    p.listener_closed(&st, crate::clock::now(), &l);
+                if let Some(stack) = p.stack.upgrade() {
+                    p.listener_closed(&stack, crate::clock::now(), &l);
                 }
             });
         }

@@ -5,7 +5,7 @@
 
 use super::{Connection, TcpPerimeter};
 use crate::stack::{Probe, StackInner};
-use ember_core::host::Key;
+use ember_core::slab::Key;
 use ember_core::tcp::{Tcb, TcpError};
 use ember_core::time::Instant;
 use std::io;
@@ -124,7 +124,7 @@ impl TcpPerimeter {
             self.stats.fusion_bytes += n as u64;
             stack.probe(self.id, Probe::TcpSend, w.tcb.local(), w.tcb.remote(), n);
             stack.probe(self.id, Probe::TcpReceive, r.tcb.local(), r.tcb.remote(), n);
-            let _ = r.tcb.take_events();
+            let _ = r.tcb.poll_events();
         }
         // The reader's buffer took less than offered, or nothing: the writer is stopped
         // until the reader drains to the low-water mark.
@@ -160,7 +160,7 @@ impl TcpPerimeter {
                 wr.tcb.fused_flow_mut().reader_read();
             }
             rd.tcb.fused_sync_window(&mut wr.tcb);
-            let _ = wr.tcb.take_events();
+            let _ = wr.tcb.poll_events();
             if was_stopped && !wr.tcb.fused_flow().is_stopped() {
                 self.stats.fusion_backenabled += 1;
             }

@@ -5,7 +5,8 @@ use super::{Connection, Segment, TcpPerimeter};
 use crate::classifier::ConnLoc;
 use crate::socket::{ConnShared, ListenerShared};
 use crate::stack::{Probe, StackInner};
-use ember_core::host::{Key, TcpIcmpError};
+use ember_core::host::TcpIcmpError;
+use ember_core::slab::Key;
 use ember_core::tcp::endpoint::{self, Action, Arrival, Context, ListenerView, Route};
 use ember_core::tcp::isn::IsnGenerator;
 use ember_core::tcp::{Tcb, TcpSettings};
@@ -206,7 +207,7 @@ impl TcpPerimeter {
         };
         if strip_data {
             stack.probe(self.id, Probe::TcpReceive, a.local, a.remote, 0);
-            c.tcb.on_segment(now, &endpoint::strip_data(a.seg), &[]);
+            c.tcb.handle_segment(now, &endpoint::strip_data(a.seg), &[]);
         } else {
             stack.probe(
                 self.id,
@@ -218,9 +219,10 @@ impl TcpPerimeter {
             if segs > 1 {
                 // Segments coalesced on receive (GRO), or a large loopback segment: the
                 // ACK and counters are those of the pieces.
-                c.tcb.on_segment_gro(now, a.seg, a.payload, segs, gso_size);
+                c.tcb
+                    .handle_segment_gro(now, a.seg, a.payload, segs, gso_size);
             } else {
-                c.tcb.on_segment(now, a.seg, a.payload);
+                c.tcb.handle_segment(now, a.seg, a.payload);
             }
         }
         if self.batching {

@@ -6,7 +6,7 @@ use crate::classifier::ConnLoc;
 use crate::socket::shared::ready;
 use crate::socket::ListenerShared;
 use crate::stack::{Probe, StackInner};
-use ember_core::host::Key;
+use ember_core::slab::Key;
 use ember_core::tcp::{Events, State, TcbInfo, TcbStats, TcpError};
 use ember_core::time::Instant;
 use std::sync::atomic::Ordering;
@@ -19,7 +19,7 @@ impl TcpPerimeter {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        let ev = c.tcb.take_events();
+        let ev = c.tcb.poll_events();
         let closed = c.tcb.is_closed();
         let state = c.tcb.state();
         if state != c.last_state {

@@ -45,9 +45,9 @@ use crate::squeue::wheel::{TimerHandle, TimerWheel};
 use crate::squeue::Perimeter;
 use crate::stack::txq::{TxConfig, TxQueues};
 use crate::stack::{usdt, PerimeterStats, Probe, ProbeEvent, StackInner};
-use ember_core::host::slab::Slab;
-use ember_core::host::Key;
 use ember_core::ip::route::IfaceId;
+use ember_core::slab::Key;
+use ember_core::slab::Slab;
 use ember_core::tcp::endpoint::Endpoint;
 use ember_core::tcp::{State, Tcb, TcbStats};
 use ember_core::time::Instant;
@@ -256,7 +256,7 @@ impl Perimeter for TcpPerimeter {
             did = true;
             if let Some(c) = self.conns.get_mut(k) {
                 c.timer = None;
-                c.tcb.on_timeout(now);
+                c.tcb.handle_timeout(now);
             }
             self.flush(&stack, now, k);
         }

@@ -5,9 +5,10 @@ use super::{Connection, Segment, TcpPerimeter};
 use crate::classifier::Tuple;
 use crate::stack::txq::TxFrame;
 use crate::stack::{Probe, StackInner};
-use ember_core::host::slab::Slab;
-use ember_core::host::{Key, HEADROOM};
+use ember_core::host::HEADROOM;
 use ember_core::ip::route::IfaceId;
+use ember_core::slab::Key;
+use ember_core::slab::Slab;
 use ember_core::time::Instant;
 use ember_core::wire::{
     ethertype, ip_proto, EthernetRepr, Ipv4Repr, MacAddr, TcpRepr, ETHERNET_HEADER_LEN,

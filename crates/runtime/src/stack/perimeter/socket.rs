@@ -4,7 +4,7 @@ use super::{Connection, TcpPerimeter};
 use crate::classifier::ConnLoc;
 use crate::socket::ConnShared;
 use crate::stack::{Probe, StackInner};
-use ember_core::host::Key;
+use ember_core::slab::Key;
 use ember_core::tcp::tcb::ConnSpec;
 use ember_core::tcp::{Tcb, TcbInfo, TcpError};
 use ember_core::time::Instant;
