@@ -1,7 +1,7 @@
 //! What the IP layer delivers to TCP, collected while the IP layer is locked.
 
 use super::perimeter::Segment;
-use ember_core::host::{IpLayer, TcpIcmpError, TcpSegmentIn, TcpSink};
+use ember_core::host::{IpLayer, SegmentBytes, TcpIcmpError, TcpSegmentIn, TcpSink};
 use ember_core::time::Instant;
 
 /// What the IP layer received for TCP while the runtime held it, collected to be given
@@ -19,7 +19,12 @@ impl TcpSink for Inbound {
         self.0.push(InboundItem::Segment(Segment {
             src: s.src,
             dst: s.dst,
-            bytes: s.bytes.into_bytes(),
+            // A segment GRO built is its own buffer, taken whole; a borrowed one is
+            // copied out of its frame.
+            bytes: match s.bytes {
+                SegmentBytes::Shared(b) => Vec::from(b),
+                SegmentBytes::Borrowed(b) => b.to_vec(),
+            },
             csum_ok: s.csum_ok,
             lo: false,
             segs: s.segs,

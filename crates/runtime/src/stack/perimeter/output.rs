@@ -259,7 +259,7 @@ impl TcpPerimeter {
             let seg = Segment {
                 src: *local.ip(),
                 dst: *remote.ip(),
-                bytes: bytes.into(),
+                bytes,
                 csum_ok: true,
                 lo: true,
                 segs,
