@@ -128,7 +128,7 @@ impl StackInner {
     ) {
         self.with_ip(now, Some(p), |ip, tcp| {
             // Frames lent, not shared: a TCP segment reaches its squeue as a copy
-            // (`SegmentBytes::into_bytes`). `receive_batch_bytes` would make it a slice
+            // (`inbound.rs`). `receive_batch_bytes` would make it a slice
             // of its frame instead, but for the small segments of request/response
             // traffic the shared buffer's allocation and reference counts cost more than
             // the copy (callgrind, ember-wire: +1.9 % per rr round trip, +2.6 % per crr
