@@ -893,7 +893,6 @@ impl Tcb {
 mod tests {
     use super::*;
     use crate::params::Params;
-    use crate::tcp::tcb::ConnSpec;
     use crate::tcp::TcpSettings;
     use core::time::Duration;
     use std::net::{Ipv4Addr, SocketAddrV4};
@@ -902,15 +901,7 @@ mod tests {
     const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
     const T0: Instant = Instant::from_secs(10);
 
-    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
-        ConnSpec {
-            local,
-            remote,
-            iss: SeqNum(iss),
-            ts_offset: 0,
-            mtu: 1500,
-        }
-    }
+    use crate::tcp::tcb::tests::spec;
 
     /// Hands everything `from` sends at `now` to `to`.
     fn pass(from: &mut Tcb, to: &mut Tcb, now: Instant) {

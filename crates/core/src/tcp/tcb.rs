@@ -1444,7 +1444,7 @@ impl Tcb {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::params::Params;
     use crate::tcp::ChronoState;
@@ -1454,7 +1454,7 @@ mod tests {
     const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
     const T0: Instant = Instant::from_secs(10);
 
-    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
+    pub(in crate::tcp) fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
         ConnSpec {
             local,
             remote,
@@ -1518,10 +1518,10 @@ mod tests {
         assert_eq!(ib.probes, 0);
     }
 
-    type Seg = (TcpRepr, Vec<u8>);
+    pub(in crate::tcp) type Seg = (TcpRepr, Vec<u8>);
 
     /// Everything `t` sends now.
-    fn drain(t: &mut Tcb, now: Instant) -> Vec<Seg> {
+    pub(in crate::tcp) fn drain(t: &mut Tcb, now: Instant) -> Vec<Seg> {
         let mut v = Vec::new();
         while let Some(o) = t.poll_transmit(now) {
             let mut p = vec![0; o.payload_len()];
@@ -1533,7 +1533,7 @@ mod tests {
     }
 
     /// Hands `segs` to `t` one by one, collecting what it answers.
-    fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
+    pub(in crate::tcp) fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
         let mut out = Vec::new();
         for (r, p) in segs {
             t.handle_segment(now, r, p);

@@ -382,10 +382,7 @@ impl Tcb {
 mod tests {
     use super::*;
     use crate::params::Params;
-    use crate::tcp::seq::SeqNum;
-    use crate::tcp::tcb::ConnSpec;
     use crate::tcp::{Events, TcpSettings};
-    use crate::wire::TcpRepr;
     use core::time::Duration;
     use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -501,37 +498,7 @@ mod tests {
         assert_eq!(t.expired(at(100)).count(), 6);
     }
 
-    fn spec(local: SocketAddrV4, remote: SocketAddrV4, iss: u32) -> ConnSpec {
-        ConnSpec {
-            local,
-            remote,
-            iss: SeqNum(iss),
-            ts_offset: 0,
-            mtu: 1500,
-        }
-    }
-
-    type Seg = (TcpRepr, Vec<u8>);
-
-    fn drain(t: &mut Tcb, now: Instant) -> Vec<Seg> {
-        let mut v = Vec::new();
-        while let Some(o) = t.poll_transmit(now) {
-            let mut p = vec![0; o.payload_len()];
-            o.copy_payload(&mut p);
-            v.push((o.repr, p));
-            assert!(v.len() < 1000, "poll_transmit never ends");
-        }
-        v
-    }
-
-    fn feed(t: &mut Tcb, now: Instant, segs: &[Seg]) -> Vec<Seg> {
-        let mut out = Vec::new();
-        for (r, p) in segs {
-            t.handle_segment(now, r, p);
-            out.extend(drain(t, now));
-        }
-        out
-    }
+    use crate::tcp::tcb::tests::{drain, feed, spec};
 
     /// Two connected `Tcb`s (SACK and TLP on, the defaults), handshake over at T0 + 10 ms.
     fn pair() -> (Tcb, Tcb) {
