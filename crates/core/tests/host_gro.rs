@@ -363,14 +363,7 @@ impl TcpSink for Collect {
 #[test]
 fn an_ip_layer_delivers_the_merged_segment_with_its_description() {
     let now = Instant::from_secs(1);
-    let mut ip = IpLayer::new(Params::default(), [0x5a; 16]);
-    ip.add_interface(Interface {
-        mac: MAC_A,
-        addr: IP_A,
-        prefix_len: 24,
-        mtu: 1500,
-    })
-    .unwrap();
+    let mut ip = ip_layer();
     let mut tcp = Collect::default();
     let mut peer = Peer {
         seq: 5000,
@@ -394,6 +387,19 @@ fn an_ip_layer_delivers_the_merged_segment_with_its_description() {
     assert_eq!((*csum_ok, *segs, *gso_size), (false, 1, 0));
 }
 
+/// An IP layer with one interface (MAC_A, IP_A/24), driven without the host's TCP.
+fn ip_layer() -> IpLayer {
+    let mut ip = IpLayer::new(Params::default(), [0x5a; 16]);
+    ip.add_interface(Interface {
+        mac: MAC_A,
+        addr: IP_A,
+        prefix_len: 24,
+        mtu: 1500,
+    })
+    .unwrap();
+    ip
+}
+
 /// What keeps a segment's bytes (the runtime's squeues): a frame given as a shared
 /// buffer reaches it as a slice of that buffer, with no copy; a borrowed frame, and a
 /// segment GRO merged, as what they are.
@@ -414,14 +420,7 @@ impl TcpSink for Keep {
 #[test]
 fn a_shared_frame_reaches_tcp_as_a_slice_of_itself() {
     let now = Instant::from_secs(1);
-    let mut ip = IpLayer::new(Params::default(), [0x5a; 16]);
-    ip.add_interface(Interface {
-        mac: MAC_A,
-        addr: IP_A,
-        prefix_len: 24,
-        mtu: 1500,
-    })
-    .unwrap();
+    let mut ip = ip_layer();
     let mut peer = Peer {
         seq: 5000,
         ack: 1,
