@@ -43,6 +43,7 @@ use crate::time::Instant;
 use crate::wire::MacAddr;
 use core::time::Duration;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
 
 pub use output::HEADROOM;
 pub use tcp::{Conn, Listener};
@@ -220,7 +221,7 @@ impl Host {
     /// Sets several tunables at once (see [`Params::set_many`]).
     pub fn set_params(&mut self, pairs: &[(&str, &str)]) -> Result<(), ParamError> {
         self.ip.set_params(pairs)?;
-        self.tcp.tcp_set = TcpSettings::from_params(&self.ip.params);
+        self.tcp.tcp_set = Arc::new(TcpSettings::from_params(&self.ip.params));
         self.tcp.rst_bucket = rst_bucket(&self.ip.params);
         Ok(())
     }

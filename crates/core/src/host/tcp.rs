@@ -22,6 +22,7 @@ use crate::wire::{icmp_unreach, ip_proto, Ipv4Repr, TcpRepr, IPV4_HEADER_LEN};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
 
 /// Linux's errno for "no buffer space available" (a connection table that is full).
 const ENOBUFS: i32 = 105;
@@ -65,7 +66,7 @@ pub struct Listener {
 /// (which it is handed for every call that sends).
 #[derive(Debug)]
 pub(crate) struct TcpLayer {
-    pub(crate) tcp_set: TcpSettings,
+    pub(crate) tcp_set: Arc<TcpSettings>,
     pub(crate) rst_bucket: TokenBucket,
     pub(crate) isn: IsnGenerator,
     pub(crate) conns: Slab<Conn>,
@@ -93,7 +94,7 @@ pub(crate) struct TcpLayer {
 impl TcpLayer {
     pub(crate) fn new(params: &crate::params::Params, secret: [u8; 16]) -> TcpLayer {
         TcpLayer {
-            tcp_set: TcpSettings::from_params(params),
+            tcp_set: Arc::new(TcpSettings::from_params(params)),
             rst_bucket: super::rst_bucket(params),
             isn: IsnGenerator::new(secret),
             conns: Slab::default(),
@@ -118,7 +119,7 @@ struct HostContext<'a> {
     ip: &'a IpLayer,
     listeners: &'a Slab<Listener>,
     listener_by_addr: &'a HashMap<SocketAddrV4, ListenerId>,
-    tcp_set: &'a TcpSettings,
+    tcp_set: &'a Arc<TcpSettings>,
     isn: &'a IsnGenerator,
     rst_bucket: &'a mut TokenBucket,
     conns: usize,
@@ -173,7 +174,7 @@ impl Context for HostContext<'_> {
         self.isn
     }
 
-    fn settings(&self) -> TcpSettings {
+    fn settings(&self) -> Arc<TcpSettings> {
         self.tcp_set.clone()
     }
 
@@ -701,7 +702,7 @@ impl Host {
             ts_offset: self.tcp.isn.ts_offset(local, remote),
             mtu,
         };
-        let mut tcb = Tcb::connect(now, spec, self.tcp.tcp_set.clone());
+        let mut tcb = Tcb::connect(now, spec, Arc::clone(&self.tcp.tcp_set));
         tcb.set_lso_max(self.tcp.tcp_set.lso_max);
         setup(&mut tcb);
         let id = ConnId(self.tcp.conns.insert(Conn {

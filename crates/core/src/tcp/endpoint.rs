@@ -32,6 +32,7 @@ use crate::tcp::{syncookie, SeqNum, Tcb, TcpSettings};
 use crate::time::Instant;
 use crate::wire::{TcpFlags, TcpRepr};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
 
 /// How far beyond the old connection's SND.NXT a new incarnation's ISS is put when it
 /// takes over a TIME-WAIT connection (RFC 6191 §2): two maximum windows of the old
@@ -117,7 +118,7 @@ pub trait Context {
     /// The ISN and timestamp-offset generator (RFC 6528, RFC 7323 §5.4).
     fn isn(&self) -> &IsnGenerator;
     /// The settings new connections start with.
-    fn settings(&self) -> TcpSettings;
+    fn settings(&self) -> Arc<TcpSettings>;
     /// `tcp_syncookies`: 0 never, 1 when the SYN queue is full, 2 always.
     fn syncookies(&self) -> u32;
     /// `tcp_conn_req_max_q0`: the SYN queue's limit.
@@ -182,7 +183,7 @@ pub enum NewConn {
 pub struct PassiveOpen {
     now: Instant,
     spec: ConnSpec,
-    settings: TcpSettings,
+    settings: Arc<TcpSettings>,
     syn: TcpRepr,
     route: Route,
     user_mss: Option<u32>,

@@ -28,19 +28,19 @@
 //!    permanent (the connection becomes unfusable), as in Solaris.
 //!
 //! # Invariants while fused
-//! * Sequence numbers stay exact: `w.snd_una == w.snd_nxt == w.snd_buf_seq ==
-//!   r.rcv_nxt` for writer `w` and reader `r`, in both directions; `rcv_off` advances
-//!   with `rcv_nxt`. Nothing is ever in flight and the send buffer stays empty.
+//! * Sequence numbers stay exact: `w.snd.una == w.snd.nxt == w.snd.buf_seq ==
+//!   r.rcv.nxt` for writer `w` and reader `r`, in both directions; `rcv.off` advances
+//!   with `rcv.nxt`. Nothing is ever in flight and the send buffer stays empty.
 //! * Windows stay coherent: the reader's right edge is `fused_edge()` (its free space
 //!   rounded *down* to its window-scale granularity, RFC 7323 §2.3, but never left of
-//!   what it already advertised, RFC 9293 §3.8.6.2.2), stored in `rcv_adv`, and the
-//!   writer's `snd_una + snd_wnd` is that same edge, exactly as after an ordinary window
-//!   update (RFC 9293 §3.10.7.4, with `snd_wl1`/`snd_wl2` as of that update).
+//!   what it already advertised, RFC 9293 §3.8.6.2.2), stored in `rcv.adv`, and the
+//!   writer's `snd.una + snd.wnd` is that same edge, exactly as after an ordinary window
+//!   update (RFC 9293 §3.10.7.4, with `snd.wl1`/`snd.wl2` as of that update).
 //! * No segments, no timers: `poll_timeout` is `None`, `handle_timeout` and `after_read`
 //!   do nothing, `poll_transmit` yields only a RST (abort), `handle_segment` takes only a
 //!   RST (anything else is stale or forged and could break the first invariant).
 //!   A FIN queued by shutdown/close while fused waits for the unfuse.
-//! * Memory: a fused write never makes the receive buffer exceed `rcv_cap`.
+//! * Memory: a fused write never makes the receive buffer exceed `rcv.cap`.
 //!
 //! # Unfusing
 //! [`Tcb::unfuse`] returns to ordinary TCP from the exact sequence numbers: data moved
@@ -52,8 +52,9 @@
 
 use super::cc::CongestionControl;
 use super::fused_flow::FusedFlow;
+use super::recovery::Recovery;
 use super::seq::SeqNum;
-use super::tcb::{Recovery, Tcb, MAX_WINDOW, MAX_WSCALE};
+use super::tcb::{Tcb, MAX_WINDOW, MAX_WSCALE};
 use super::timers::Timer;
 use super::{Events, State, TcpError};
 use crate::time::Instant;
@@ -110,6 +111,28 @@ impl fmt::Display for FuseRefusal {
     }
 }
 
+/// The fusion state of one end (`Tcb::fusion`), private to this file: the rest of the
+/// `Tcb` asks [`FusionState::is_fused`].
+#[derive(Debug, Default)]
+pub(super) struct FusionState {
+    /// Fused with a local peer: no segments, no timers; data moves by `fused_send`.
+    fused: bool,
+    /// May never be fused (simultaneous open, or unfused once: unfusing is permanent).
+    unfusable: bool,
+    /// Flow control of the direction this end writes while fused (`fused_flow.rs`): a
+    /// write that could not move everything stops it until the reader drains to the
+    /// low-water mark, which the next window synchronisation reports as `WRITABLE`.
+    flow: FusedFlow,
+}
+
+impl FusionState {
+    /// Fused with a local peer.
+    #[inline]
+    pub(super) fn is_fused(&self) -> bool {
+        self.fused
+    }
+}
+
 impl Tcb {
     /// Checks whether this end may be fused now: ESTABLISHED, not a simultaneous open,
     /// not marked unfusable, nothing buffered or in flight, not closing (no FIN queued
@@ -117,7 +140,7 @@ impl Tcb {
     /// no RST owed and nothing held out of order. Whether it is fused already does not
     /// matter (fusing is idempotent).
     pub fn fuse_check(&self) -> Result<(), FuseRefusal> {
-        if self.fin_queued || self.app_closed || self.error.is_some() || self.fin_rcvd {
+        if self.snd.fin_queued || self.app_closed || self.error.is_some() || self.rcv.fin {
             return Err(FuseRefusal::Closing);
         }
         if self.state != State::Established {
@@ -126,19 +149,19 @@ impl Tcb {
         if self.simultaneous {
             return Err(FuseRefusal::SimultaneousOpen);
         }
-        if self.unfusable {
+        if self.fusion.unfusable {
             return Err(FuseRefusal::Unfusable);
         }
-        if self.snd_up.is_some() || self.urgent_mark().is_some() {
+        if self.snd.up.is_some() || self.urgent_mark().is_some() {
             return Err(FuseRefusal::Urgent);
         }
-        if !self.snd_buf.is_empty() || self.snd_una != self.snd_nxt {
+        if !self.snd.buf.is_empty() || self.snd.una != self.snd.nxt {
             return Err(FuseRefusal::SendQueueNotEmpty);
         }
         if self.rst_pending
             || self.rst_reply.is_some()
-            || !self.ooo.is_empty()
-            || self.ooo.fin().is_some()
+            || !self.rcv.ooo.is_empty()
+            || self.rcv.ooo.fin().is_some()
         {
             return Err(FuseRefusal::PendingOutput);
         }
@@ -165,22 +188,22 @@ impl Tcb {
     /// fusing does not depend on time.
     pub fn fuse(&mut self, _now: Instant, peer: &Tcb) -> Result<(), FuseRefusal> {
         self.fuse_check_pair(peer)?;
-        self.fused = true;
-        self.fused_flow = FusedFlow::default();
+        self.fusion.fused = true;
+        self.fusion.flow = FusedFlow::default();
         // Nothing is sent while fused: what only a data flow needs goes.
-        self.rack.release_flight(self.snd_una);
+        self.rack.release_flight(self.snd.una);
         self.sb.release_if_empty();
         self.prr.release();
         self.clear_timers();
-        self.rtx_series_start = None;
-        self.persist_backoff = 0;
-        self.keepalive_sent = 0;
-        self.ack_now = false;
-        self.rcv_unacked_bytes = 0;
-        self.dsack = None;
-        self.last_ack_sent = self.rcv_nxt;
+        self.retry.series_start = None;
+        self.retry.persist_backoff = 0;
+        self.retry.keepalive_sent = 0;
+        self.ack.due = false;
+        self.ack.unacked_bytes = 0;
+        self.ack.dsack = None;
+        self.ack.last_sent = self.rcv.nxt;
         self.reset_send_recovery();
-        self.rcv_adv = self.fused_edge();
+        self.rcv.adv = self.fused_edge();
         self.take_fused_window(peer.fused_edge());
         Ok(())
     }
@@ -200,30 +223,30 @@ impl Tcb {
     /// fused `Tcb` that reaches CLOSED (abort, peer's RST) stays marked fused; the
     /// owner drops it as usual.
     pub fn is_fused(&self) -> bool {
-        self.fused
+        self.fusion.fused
     }
 
     /// Marks the connection never fusable again (simultaneous opens, and every
     /// connection after an unfuse: unfusing is permanent). Does not unfuse.
     pub fn set_unfusable(&mut self) {
-        self.unfusable = true;
+        self.fusion.unfusable = true;
     }
 
     /// See [`Tcb::set_unfusable`].
     pub fn is_unfusable(&self) -> bool {
-        self.unfusable
+        self.fusion.unfusable
     }
 
     /// Flow control of the direction this end writes while fused ([`FusedFlow`]).
     pub fn fused_flow(&self) -> &FusedFlow {
-        &self.fused_flow
+        &self.fusion.flow
     }
 
     /// [`Tcb::fused_flow`], for the owner's own decisions: the unread-writes limit
     /// before a write ([`FusedFlow::admit`]), the reader's reads
     /// ([`FusedFlow::reader_read`]).
     pub fn fused_flow_mut(&mut self) -> &mut FusedFlow {
-        &mut self.fused_flow
+        &mut self.fusion.flow
     }
 
     /// A fused write: moves up to `data.len()` bytes from `self` (the writer) straight
@@ -238,8 +261,8 @@ impl Tcb {
     /// peer's receive buffer is full; the writer then gets [`Events::WRITABLE`] from
     /// [`Tcb::fused_sync_window`] once the reader has made room.
     ///
-    /// Accounting: writer `snd_una`, `snd_nxt`, `snd_buf_seq` and reader `rcv_nxt`,
-    /// `rcv_off` advance by the bytes moved; both windows stay coherent; the reader gets
+    /// Accounting: writer `snd.una`, `snd.nxt`, `snd.buf_seq` and reader `rcv.nxt`,
+    /// `rcv.off` advance by the bytes moved; both windows stay coherent; the reader gets
     /// [`Events::READABLE`]; each call counts as one data segment out (writer
     /// `segs_out`, `data_segs_out`, `bytes_out`) and one in (reader `segs_in`,
     /// `bytes_in`).
@@ -263,10 +286,10 @@ impl Tcb {
             }
             _ => return Err(TcpError::BrokenPipe),
         }
-        if self.fin_queued || self.app_closed {
+        if self.snd.fin_queued || self.app_closed {
             return Err(TcpError::BrokenPipe);
         }
-        if !self.fused || !peer.fused || !self.is_peer_of(peer) {
+        if !self.fusion.fused || !peer.fusion.fused || !self.is_peer_of(peer) {
             return Err(TcpError::NotConnected);
         }
         if !peer.fused_can_receive() {
@@ -277,37 +300,37 @@ impl Tcb {
         }
         let space = peer.fused_free().min(MAX_FUSED_MOVE) as usize;
         if space == 0 {
-            self.fused_flow.wrote(data.len(), 0);
+            self.fusion.flow.wrote(data.len(), 0);
             return Err(TcpError::WouldBlock);
         }
         let n = data.len().min(space);
-        self.fused_flow.wrote(data.len(), n);
+        self.fusion.flow.wrote(data.len(), n);
         let n32 = n as u32;
 
         // The reader: as if an in-order segment of n octets arrived (RFC 9293
         // §3.10.7.4 seventh step), without the ACK it would owe.
-        peer.rcv_buf.extend(&data[..n]);
-        peer.rcv_nxt += n32;
-        peer.rcv_off += n as u64;
-        peer.last_ack_sent = peer.rcv_nxt;
+        peer.rcv.buf.extend(&data[..n]);
+        peer.rcv.nxt += n32;
+        peer.rcv.off += n as u64;
+        peer.ack.last_sent = peer.rcv.nxt;
         peer.stats.bytes_in += n as u64;
         peer.stats.segs_in += 1;
         peer.last_rcv = now;
-        peer.last_rcv_data = now;
+        peer.rcv.last_data = now;
         peer.events.insert(Events::READABLE);
         let edge = peer.fused_edge();
-        peer.rcv_adv = edge;
+        peer.rcv.adv = edge;
 
         // The writer: as if those octets were sent and acknowledged at once.
-        self.snd_una += n32;
-        self.snd_nxt += n32;
-        self.snd_buf_seq += n32;
-        self.recover = self.snd_una;
-        self.high_rxt = self.snd_una;
+        self.snd.una += n32;
+        self.snd.nxt += n32;
+        self.snd.buf_seq += n32;
+        self.loss.recover = self.snd.una;
+        self.loss.high_rxt = self.snd.una;
         self.stats.bytes_out += n as u64;
         self.stats.data_segs_out += 1;
         self.stats.segs_out += 1;
-        self.last_data_sent = now;
+        self.tx.last_data_sent = now;
         self.take_fused_window(edge);
         Ok(n)
     }
@@ -324,22 +347,22 @@ impl Tcb {
     /// After the reader of a fused pair read: moves the reader's right edge and the
     /// writer's send window to the reader's free space (call as
     /// `reader.fused_sync_window(&mut writer)`; it needs `&mut self` to record the
-    /// edge in the reader's `rcv_adv`). A writer whose last [`Tcb::fused_send`] could
+    /// edge in the reader's `rcv.adv`). A writer whose last [`Tcb::fused_send`] could
     /// not move everything gets [`Events::WRITABLE`] once the free space reaches
-    /// `min(tcp_xmit_lowat, rcv_cap / 2)` (the reader's buffer may be smaller than the
+    /// `min(tcp_xmit_lowat, rcv.cap / 2)` (the reader's buffer may be smaller than the
     /// writer's low-water mark), or at once if the reader can no longer receive (so
     /// that the writer learns the error). Does nothing unless both are fused and are
     /// the two ends of one connection.
     pub fn fused_sync_window(&mut self, writer: &mut Tcb) {
-        if !self.fused || !writer.fused || !writer.is_peer_of(self) {
+        if !self.fusion.fused || !writer.fusion.fused || !writer.is_peer_of(self) {
             return;
         }
         let edge = self.fused_edge();
-        self.rcv_adv = edge;
+        self.rcv.adv = edge;
         writer.take_fused_window(edge);
-        if writer.fused_flow.reader_space(
+        if writer.fusion.flow.reader_space(
             self.fused_free() as usize,
-            self.rcv_cap as usize,
+            self.rcv.cap as usize,
             writer.settings.sndlowat as usize,
             self.fused_can_receive(),
         ) {
@@ -352,7 +375,7 @@ impl Tcb {
     /// sequence numbers; the connection becomes unfusable.
     ///
     /// * Data already moved into the receive buffer stays there to be read.
-    /// * Receive side: `rcv_adv` becomes the fused right edge, which never lies left of
+    /// * Receive side: `rcv.adv` becomes the fused right edge, which never lies left of
     ///   what was advertised (RFC 9293 §3.8.6.2.2), and is what the next segment's
     ///   window field announces (rounded up, as `select_window` does). Last.ACK.sent
     ///   becomes RCV.NXT: everything received is known to the peer, and its next
@@ -368,7 +391,7 @@ impl Tcb {
     /// * A writer blocked in fused mode gets [`Events::WRITABLE`] (it retries by `send`).
     ///
     /// No segment is generated: both windows are already exact (the sender's right edge
-    /// equals the receiver's `rcv_adv`), so an ACK would carry no news. A FIN queued
+    /// equals the receiver's `rcv.adv`), so an ACK would carry no news. A FIN queued
     /// while fused, or data sent from now on, goes out by `poll_transmit` as usual.
     ///
     /// If `peer` is not the other end with matching sequence numbers (an owner error, or
@@ -376,46 +399,48 @@ impl Tcb {
     /// it was and the next window update from the peer sets it. A `Tcb` that is not
     /// fused is only marked unfusable; a CLOSED one only loses the fused mark.
     pub fn unfuse(&mut self, now: Instant, peer: &Tcb) {
-        self.unfusable = true;
-        if !self.fused {
+        self.fusion.unfusable = true;
+        if !self.fusion.fused {
             return;
         }
-        self.fused = false;
-        if core::mem::take(&mut self.fused_flow).is_stopped_full() {
+        self.fusion.fused = false;
+        if core::mem::take(&mut self.fusion.flow).is_stopped_full() {
             self.events.insert(Events::WRITABLE);
         }
         if !self.state.is_synchronized() {
             return;
         }
         // Receive side.
-        self.rcv_adv = self.fused_edge();
-        self.last_ack_sent = self.rcv_nxt;
-        self.ack_now = false;
-        self.dsack = None;
-        self.rcv_unacked_bytes = 0;
+        self.rcv.adv = self.fused_edge();
+        self.ack.last_sent = self.rcv.nxt;
+        self.ack.due = false;
+        self.ack.dsack = None;
+        self.ack.unacked_bytes = 0;
         self.timers.stop(Timer::DelayedAck);
         // Send side.
         if self.is_peer_of(peer) {
             self.take_fused_window(peer.fused_edge());
         } else {
-            self.snd_wl1 = self.rcv_nxt;
-            self.snd_wl2 = self.snd_una;
+            self.snd.wl1 = self.rcv.nxt;
+            self.snd.wl2 = self.snd.una;
         }
         self.reset_send_recovery();
-        self.ts_rtt_floor = Some(self.ts_now(now));
+        self.rtt.ts_floor = Some(self.ts_now(now));
         self.cc.on_idle_restart(now);
         // Timers: all idle; output arms retransmission, persist and cork as needed.
         self.timers.stop(Timer::Retransmit);
-        self.rtx_series_start = None;
+        self.retry.series_start = None;
         self.timers.stop(Timer::Persist);
-        self.persist_backoff = 0;
+        self.retry.persist_backoff = 0;
         self.timers.stop(Timer::Cork);
-        self.probe_pending = false;
+        self.retry.probe_pending = false;
         self.last_rcv = now;
-        self.keepalive_sent = 0;
+        self.retry.keepalive_sent = 0;
         self.timers.set_or_stop(
             Timer::Keepalive,
-            self.keepalive.then(|| now + self.settings.keepalive_idle),
+            self.sockopt
+                .keepalive
+                .then(|| now + self.settings.keepalive_idle),
         );
     }
 
@@ -433,61 +458,61 @@ impl Tcb {
     fn is_peer_of(&self, peer: &Tcb) -> bool {
         self.local == peer.remote
             && self.remote == peer.local
-            && self.snd_nxt == peer.rcv_nxt
-            && self.rcv_nxt == peer.snd_nxt
+            && self.snd.nxt == peer.rcv.nxt
+            && self.rcv.nxt == peer.snd.nxt
     }
 
     /// Fused and in a state that takes data (RFC 9293 §3.10.7.4 seventh step: text is
     /// processed in ESTABLISHED, FIN-WAIT-1 and FIN-WAIT-2), with an application that
     /// still reads.
     fn fused_can_receive(&self) -> bool {
-        self.fused
+        self.fusion.fused
             && matches!(
                 self.state,
                 State::Established | State::FinWait1 | State::FinWait2
             )
             && !self.app_closed
-            && !self.fin_rcvd
+            && !self.rcv.fin
             && self.error.is_none()
     }
 
     /// Free space in the receive buffer.
     fn fused_free(&self) -> u32 {
-        let used = self.rcv_buf.len().min(u32::MAX as usize) as u32;
-        self.rcv_cap.saturating_sub(used)
+        let used = self.rcv.buf.len().min(u32::MAX as usize) as u32;
+        self.rcv.cap.saturating_sub(used)
     }
 
     /// The receive window's right edge while fused: the free space rounded down to the
     /// window-scale granularity (what a window field can carry, RFC 7323 §2.3), but
     /// never left of the edge already advertised (RFC 9293 §3.8.6.2.2).
     fn fused_edge(&self) -> SeqNum {
-        let scale = u32::from(self.rcv_wscale.min(MAX_WSCALE));
+        let scale = u32::from(self.opts.rcv_wscale.min(MAX_WSCALE));
         let w = ((self.fused_free() >> scale) << scale).min(MAX_WINDOW << scale);
-        self.rcv_adv.max(self.rcv_nxt + w)
+        self.rcv.adv.max(self.rcv.nxt + w)
     }
 
     /// Takes `edge` (the peer's fused right edge) as the send window, as an accepted
     /// window update from a segment `<SEQ=RCV.NXT><ACK=SND.UNA>` would (RFC 9293
     /// §3.10.7.4 fifth step).
     fn take_fused_window(&mut self, edge: SeqNum) {
-        self.snd_wnd = edge.since(self.snd_una);
-        self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-        self.snd_wl1 = self.rcv_nxt;
-        self.snd_wl2 = self.snd_una;
+        self.snd.wnd = edge.since(self.snd.una);
+        self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+        self.snd.wl1 = self.rcv.nxt;
+        self.snd.wl2 = self.snd.una;
     }
 
     /// Loss-recovery state back to "nothing outstanding" at SND.UNA.
     fn reset_send_recovery(&mut self) {
-        self.rtt_timed = None;
+        self.rtt.timed = None;
         self.sb.clear();
-        self.recovery = Recovery::Open;
-        self.recover = self.snd_una;
-        self.high_rxt = self.snd_una;
-        self.dupacks = 0;
-        self.reno_cwnd = 0;
-        self.rtx_head = false;
-        self.cwnd_blocked = false;
-        self.rto_reduced = false;
+        self.loss.phase = Recovery::Open;
+        self.loss.recover = self.snd.una;
+        self.loss.high_rxt = self.snd.una;
+        self.loss.dupacks = 0;
+        self.loss.reno_cwnd = 0;
+        self.loss.rtx_head = false;
+        self.tx.cwnd_blocked = false;
+        self.loss.rto_reduced = false;
     }
 }
 
@@ -575,7 +600,14 @@ mod tests {
         assert_eq!(a.state(), State::Established);
         assert_eq!(b.state(), State::Established);
         assert!(take(&mut a, T0).is_none() && take(&mut b, T0).is_none());
-        assert!(a.ts_ok && b.ts_ok && a.sack_ok && b.sack_ok && a.ws_ok && b.ws_ok);
+        assert!(
+            a.opts.ts_ok
+                && b.opts.ts_ok
+                && a.opts.sack_ok
+                && b.opts.sack_ok
+                && a.opts.ws_ok
+                && b.opts.ws_ok
+        );
         a.poll_events();
         b.poll_events();
         (a, b)
@@ -659,18 +691,18 @@ mod tests {
     /// The invariants of a fused pair (module comment).
     fn check_fused(a: &mut Tcb, b: &mut Tcb, now: Instant) {
         for (w, r) in [(&*a, &*b), (&*b, &*a)] {
-            assert!(w.fused && r.fused);
-            assert_eq!(w.snd_nxt, r.rcv_nxt);
-            assert_eq!(w.snd_una, w.snd_nxt);
-            assert_eq!(w.snd_buf_seq, w.snd_una);
-            assert!(w.snd_buf.is_empty());
-            assert_eq!(w.snd_una + w.snd_wnd, r.rcv_adv, "right edges differ");
-            assert_eq!(r.rcv_adv, r.fused_edge());
-            assert!(r.rcv_adv >= r.rcv_nxt);
-            assert!(r.rcv_buf.len() <= r.rcv_cap as usize);
+            assert!(w.fusion.fused && r.fusion.fused);
+            assert_eq!(w.snd.nxt, r.rcv.nxt);
+            assert_eq!(w.snd.una, w.snd.nxt);
+            assert_eq!(w.snd.buf_seq, w.snd.una);
+            assert!(w.snd.buf.is_empty());
+            assert_eq!(w.snd.una + w.snd.wnd, r.rcv.adv, "right edges differ");
+            assert_eq!(r.rcv.adv, r.fused_edge());
+            assert!(r.rcv.adv >= r.rcv.nxt);
+            assert!(r.rcv.buf.len() <= r.rcv.cap as usize);
             assert_eq!(w.poll_timeout(), None);
-            assert!(!w.ack_now && !w.timers.is_armed(Timer::DelayedAck) && w.dsack.is_none());
-            assert_eq!(w.info().rcv_wnd, w.rcv_adv.since(w.rcv_nxt));
+            assert!(!w.ack.due && !w.timers.is_armed(Timer::DelayedAck) && w.ack.dsack.is_none());
+            assert_eq!(w.info().rcv_wnd, w.rcv.adv.since(w.rcv.nxt));
             assert_eq!(r.info().rcv_wnd, w.info().snd_wnd);
             assert!(w.info().fused);
         }
@@ -681,9 +713,9 @@ mod tests {
     /// The reader's receive sequence variables account for exactly the bytes of `f`
     /// written so far.
     fn check_flow(r: &Tcb, f: &Flow) {
-        assert_eq!(r.rcv_off, f.written as u64);
-        assert_eq!(r.rcv_nxt, r.irs + 1 + f.written as u32);
-        assert_eq!(r.rcv_buf.len() + f.got.len(), f.written);
+        assert_eq!(r.rcv.off, f.written as u64);
+        assert_eq!(r.rcv.nxt, r.rcv.irs + 1 + f.written as u32);
+        assert_eq!(r.rcv.buf.len() + f.got.len(), f.written);
     }
 
     /// Writes from `f`'s stream via fused_send and checks the result against the free
@@ -703,8 +735,8 @@ mod tests {
                     assert_eq!(r.stats.bytes_in, before.1.bytes_in + n as u64);
                     assert_eq!(r.stats.segs_in, before.1.segs_in + 1);
                     assert!(r.poll_events().contains(Events::READABLE));
-                    assert_eq!(w.last_data_sent, now);
-                    assert_eq!(r.last_rcv_data, now);
+                    assert_eq!(w.tx.last_data_sent, now);
+                    assert_eq!(r.rcv.last_data, now);
                 }
             }
             Err(TcpError::WouldBlock) => assert!(free == 0 && len > 0),
@@ -923,7 +955,7 @@ mod tests {
         // Reading never asks for a segment while fused.
         let mut big = [0; 64];
         assert_eq!(b.recv(now, &mut big), Ok(7));
-        assert!(!b.ack_now);
+        assert!(!b.ack.due);
         b.fused_sync_window(&mut a);
         check_fused(&mut a, &mut b, now);
         assert_eq!(b.recv(now, &mut big), Err(TcpError::WouldBlock));
@@ -1000,7 +1032,7 @@ mod tests {
         // the writer still moves whatever space there is.
         let s = small_buf(3000, true);
         let (mut a, mut b) = pair_with(s.clone(), s, 1, 2);
-        assert!(b.rcv_wscale >= 9);
+        assert!(b.opts.rcv_wscale >= 9);
         Tcb::fuse_pair(T0, &mut a, &mut b).unwrap();
         let mut f = Flow::new(0);
         let mut g = Flow::new(0);
@@ -1106,8 +1138,8 @@ mod tests {
         assert!(!a.is_fused() && a.is_unfusable());
         assert_eq!(a.fuse_check(), Err(FuseRefusal::Unfusable));
         // Windows exact, nothing to say.
-        assert_eq!(a.snd_una + a.snd_wnd, b.rcv_adv);
-        assert_eq!(b.snd_una + b.snd_wnd, a.rcv_adv);
+        assert_eq!(a.snd.una + a.snd.wnd, b.rcv.adv);
+        assert_eq!(b.snd.una + b.snd.wnd, a.rcv.adv);
         assert!(a.poll_transmit(now).is_none() && b.poll_transmit(now).is_none());
         // Unread data is still there.
         assert_eq!(b.recv_available(), 60_000);
@@ -1121,7 +1153,7 @@ mod tests {
         assert_eq!(seg.ack, b.snd_nxt().raw());
         b.handle_segment(now, &seg, &p);
         assert_eq!(b.rcv_nxt(), SeqNum(seg.seq) + 100);
-        assert_eq!(Some(b.ts_recent), seg.options.timestamps.map(|t| t.0));
+        assert_eq!(Some(b.opts.ts_recent), seg.options.timestamps.map(|t| t.0));
         ab.target = ab.written + 200_000;
         ba.target = ba.written + 30_000;
         finish_ordinary(&mut a, &mut b, &mut now, &mut ab, &mut ba, 7_000);
@@ -1141,10 +1173,10 @@ mod tests {
         let mut now = T0;
         let (mut ab, mut ba) = (Flow::new(0), Flow::new(1));
         fused_write(&mut a, &mut b, now, &mut ab, 10_000);
-        assert_eq!(a.snd_wnd, 0);
+        assert_eq!(a.snd.wnd, 0);
         Tcb::unfuse_pair(now, &mut a, &mut b);
         assert!(a.poll_events().contains(Events::WRITABLE));
-        assert_eq!(a.snd_wnd, 0);
+        assert_eq!(a.snd.wnd, 0);
         ab.target = 20_000;
         // The writer queues data against a zero window; nothing may be lost.
         let data = stream(0, ab.written, 3000);
@@ -1245,13 +1277,13 @@ mod tests {
     /// Moves every sequence variable of one direction of a fused pair by `k`, as
     /// `fused_send` and the reader's reads would after `k` octets, without copying them.
     fn teleport(w: &mut Tcb, r: &mut Tcb, k: u32) {
-        assert!(r.rcv_buf.is_empty());
-        w.snd_una += k;
-        w.snd_nxt += k;
-        w.snd_buf_seq += k;
-        r.rcv_nxt += k;
-        r.rcv_off += u64::from(k);
-        r.rcv_adv += k;
+        assert!(r.rcv.buf.is_empty());
+        w.snd.una += k;
+        w.snd.nxt += k;
+        w.snd.buf_seq += k;
+        r.rcv.nxt += k;
+        r.rcv.off += u64::from(k);
+        r.rcv.adv += k;
         r.fused_sync_window(w);
     }
 
@@ -1262,20 +1294,20 @@ mod tests {
         let s = small_buf(4096, false);
         let (mut a, mut b) = pair_with(s.clone(), s, 1_000, 2_000);
         Tcb::fuse_pair(T0, &mut a, &mut b).unwrap();
-        let old = (a.snd_wl1, a.recover, a.last_ack_sent);
+        let old = (a.snd.wl1, a.loss.recover, a.ack.last_sent);
         teleport(&mut a, &mut b, 0x8000_1234);
         teleport(&mut b, &mut a, 0x9000_4321);
         let mut now = T0;
         check_fused(&mut a, &mut b, now);
-        assert!(a.rcv_nxt < old.0 && a.snd_una < old.1 && a.rcv_nxt < old.2);
+        assert!(a.rcv.nxt < old.0 && a.snd.una < old.1 && a.rcv.nxt < old.2);
         Tcb::unfuse_pair(now, &mut a, &mut b);
         for t in [&a, &b] {
-            assert_eq!(t.snd_wl1, t.rcv_nxt);
-            assert_eq!(t.snd_wl2, t.snd_una);
-            assert_eq!(t.recover, t.snd_una);
-            assert_eq!(t.high_rxt, t.snd_una);
-            assert_eq!(t.last_ack_sent, t.rcv_nxt);
-            assert!(t.rtt_timed.is_none());
+            assert_eq!(t.snd.wl1, t.rcv.nxt);
+            assert_eq!(t.snd.wl2, t.snd.una);
+            assert_eq!(t.loss.recover, t.snd.una);
+            assert_eq!(t.loss.high_rxt, t.snd.una);
+            assert_eq!(t.ack.last_sent, t.rcv.nxt);
+            assert!(t.rtt.timed.is_none());
         }
         // Many window updates are needed (4 KiB buffers): each must be accepted.
         let (mut ab, mut ba) = (Flow::new(0), Flow::new(1));
@@ -1302,14 +1334,14 @@ mod tests {
         ) {
             let s = small_buf(rcvbuf, coarse);
             let (mut a, mut b) = pair_with(s.clone(), s, iss.0, iss.1);
-            let mut edges = (a.rcv_adv, b.rcv_adv);
+            let mut edges = (a.rcv.adv, b.rcv.adv);
             Tcb::fuse_pair(T0, &mut a, &mut b).unwrap();
             let mut now = T0;
             let (mut ab, mut ba) = (Flow::new(0), Flow::new(1));
             for (dir, w, r) in ops {
                 // RFC 9293 §3.8.6.2.2: no right edge ever moves left.
-                prop_assert!(a.rcv_adv >= edges.0 && b.rcv_adv >= edges.1);
-                edges = (a.rcv_adv, b.rcv_adv);
+                prop_assert!(a.rcv.adv >= edges.0 && b.rcv.adv >= edges.1);
+                edges = (a.rcv.adv, b.rcv.adv);
                 now += Duration::from_micros(137);
                 let (wr, rd, f) = if dir {
                     (&mut a, &mut b, &mut ab)
@@ -1357,8 +1389,8 @@ mod tests {
                 rd.fused_sync_window(wr);
             }
             Tcb::unfuse_pair(now, &mut a, &mut b);
-            prop_assert_eq!(a.snd_una + a.snd_wnd, b.rcv_adv);
-            prop_assert_eq!(b.snd_una + b.snd_wnd, a.rcv_adv);
+            prop_assert_eq!(a.snd.una + a.snd.wnd, b.rcv.adv);
+            prop_assert_eq!(b.snd.una + b.snd.wnd, a.rcv.adv);
             prop_assert!(a.poll_transmit(now).is_none());
             prop_assert!(b.poll_transmit(now).is_none());
             ab.target = ab.written + extra.0;

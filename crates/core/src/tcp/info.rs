@@ -32,8 +32,9 @@
 //! segments of the current MSS, rounded up.
 
 use super::cc::CongestionControl;
+use super::recovery::Recovery;
 use super::seq::SeqNum;
-use super::tcb::{Recovery, Tcb};
+use super::tcb::Tcb;
 use crate::time::Instant;
 use core::time::Duration;
 
@@ -128,9 +129,12 @@ impl Tcb {
     pub(super) fn chrono_update(&mut self, now: Instant) {
         let data_state = self.state.may_have_outstanding();
         let unsent = self.send_unsent();
-        let fin_pending = self.fin_queued && self.snd_nxt <= self.fin_seq();
-        let outstanding = self.snd_una != self.snd_nxt;
-        let next = if !data_state || self.fused || (!outstanding && unsent == 0 && !fin_pending) {
+        let fin_pending = self.snd.fin_queued && self.snd.nxt <= self.fin_seq();
+        let outstanding = self.snd.una != self.snd.nxt;
+        let next = if !data_state
+            || self.fusion.is_fused()
+            || (!outstanding && unsent == 0 && !fin_pending)
+        {
             None
         } else if self.info_state.snd_nospace && unsent == 0 && self.could_send_more() {
             Some(ChronoState::SndbufLimited)
@@ -154,8 +158,8 @@ impl Tcb {
     /// Neither the congestion window nor the peer's window is full: a sender with
     /// nothing left to send is held back only by what the application could write.
     fn could_send_more(&self) -> bool {
-        let wnd_right = self.snd_una + self.snd_wnd;
-        self.cc.cwnd() > self.pipe() && wnd_right > self.snd_nxt
+        let wnd_right = self.snd.una + self.snd.wnd;
+        self.cc.cwnd() > self.pipe() && wnd_right > self.snd.nxt
     }
 
     /// Segments deemed lost and not yet SACKed or acknowledged (`tcpi_lost`): RACK's
@@ -164,16 +168,16 @@ impl Tcb {
     /// NewReno repairs at a time (RFC 6582 §3.2), or everything unSACKed below the
     /// recovery point after an RTO.
     pub(super) fn lost_segments(&self) -> u32 {
-        if self.rack_tracking() && (self.rack_active() || self.recovery == Recovery::Loss) {
+        if self.rack_tracking() && (self.rack_active() || self.loss.phase == Recovery::Loss) {
             return self.rack.lost_segments();
         }
         let mss = self.mss().max(1);
-        match self.recovery {
+        match self.loss.phase {
             Recovery::Open => 0,
-            Recovery::Fast if !self.sack_ok => u32::from(self.snd_una != self.snd_nxt),
+            Recovery::Fast if !self.opts.sack_ok => u32::from(self.snd.una != self.snd.nxt),
             Recovery::Fast => {
                 let mut n = 0u32;
-                let mut s = self.snd_una;
+                let mut s = self.snd.una;
                 for (a, b) in self.sb.ranges() {
                     if a > s && self.sb.is_lost(s, mss, self.settings.dupthresh) {
                         n = n.saturating_add(a.since(s).div_ceil(mss));
@@ -183,10 +187,10 @@ impl Tcb {
                 n
             }
             Recovery::Loss => {
-                let end = self.recover.min(self.snd_nxt).max(self.snd_una);
-                let mut bytes = end.since(self.snd_una);
+                let end = self.loss.recover.min(self.snd.nxt).max(self.snd.una);
+                let mut bytes = end.since(self.snd.una);
                 for (a, b) in self.sb.ranges() {
-                    let (lo, hi) = (a.max(self.snd_una), b.min(end));
+                    let (lo, hi) = (a.max(self.snd.una), b.min(end));
                     if hi > lo {
                         bytes = bytes.saturating_sub(hi.since(lo));
                     }
@@ -203,13 +207,13 @@ impl Tcb {
         if self.rack_tracking() {
             return self.rack.retrans_segments();
         }
-        if self.recovery == Recovery::Open || self.high_rxt <= self.snd_una {
+        if self.loss.phase == Recovery::Open || self.loss.high_rxt <= self.snd.una {
             return 0;
         }
-        let end = self.high_rxt.min(self.snd_nxt);
-        let mut bytes = end.since(self.snd_una);
+        let end = self.loss.high_rxt.min(self.snd.nxt);
+        let mut bytes = end.since(self.snd.una);
         for (a, b) in self.sb.ranges() {
-            let (lo, hi) = (a.max(self.snd_una), b.min(end));
+            let (lo, hi) = (a.max(self.snd.una), b.min(end));
             if hi > lo {
                 bytes = bytes.saturating_sub(hi.since(lo));
             }
@@ -221,15 +225,15 @@ impl Tcb {
     /// space from `prior_una` to SND.UNA in segments of the current MSS, rounded up
     /// (the SYN is not data: [`Tcb::establish`] counted it).
     pub(super) fn count_delivered_bytes(&mut self, prior_una: SeqNum) {
-        let from = if prior_una == self.iss {
+        let from = if prior_una == self.snd.iss {
             prior_una + 1
         } else {
             prior_una
         };
-        if self.snd_una <= from {
+        if self.snd.una <= from {
             return;
         }
-        let n = self.snd_una.since(from).div_ceil(self.mss().max(1));
+        let n = self.snd.una.since(from).div_ceil(self.mss().max(1));
         self.info_state.delivered = self.info_state.delivered.saturating_add(u64::from(n));
     }
 }

@@ -7,9 +7,11 @@
 //! about the segment is untrusted. Every length and sequence number is checked with
 //! modular arithmetic; nothing here can panic.
 
+use super::ack::{MAX_OWED_ACKS, QUICKACK_SEGMENTS};
 use super::cc::{AckSample, CongestionControl};
+use super::recovery::Recovery;
 use super::seq::SeqNum;
-use super::tcb::{Recovery, Tcb, MAX_OWED_ACKS, QUICKACK_SEGMENTS};
+use super::tcb::Tcb;
 use super::timers::Timer;
 use super::{Events, State, TcpError};
 use crate::tcp::assembler::InsertOutcome;
@@ -83,7 +85,7 @@ impl Tcb {
     /// `gso_size` (never from the merged length), and the peer gets the ACKs the pieces
     /// would have drawn one by one (RFC 5681 §4.2, RFC 9293 §3.8.6.3, §3.10.7.4): every
     /// second full-sized piece in order, each one while quick ACKs last, each duplicate,
-    /// out-of-order or out-of-window piece. All but the last are owed (`owed_acks`) and
+    /// out-of-order or out-of-window piece. All but the last are owed (`ack.owed`) and
     /// leave first from `poll_transmit`, each with the window it would have advertised;
     /// the last is the segment's own ACK decision. A `segs`/`gso_size` pair that does not describe `payload` (e.g.
     /// `segs` = 1) makes this the same as [`Tcb::handle_segment`].
@@ -101,13 +103,13 @@ impl Tcb {
 
     fn handle_segment_pieces(&mut self, now: Instant, seg: &TcpRepr, payload: &[u8], p: Pieces) {
         self.stats.segs_in += u64::from(p.n);
-        if self.fused && !seg.flags.rst() {
+        if self.fusion.is_fused() && !seg.flags.rst() {
             // Fused (see `fusion.rs`): the peer sends no segments, so anything but its
             // RST (an abort) is stale or forged; taking it could break RCV.NXT ==
             // peer's SND.NXT, on which fused writes rely.
             return;
         }
-        if self.ack_now
+        if self.ack.due
             && !self.settings.gro_stretch_acks
             && matches!(
                 self.state,
@@ -126,13 +128,13 @@ impl Tcb {
             // ACK state is what sending it would have made it. The peer sees the ACKs it
             // would have seen (RFC 5681 §4.2, RFC 9293 §3.8.6.3), not one per batch;
             // `tcp_gro_stretch_acks` trades them for one per batch, as for GRO's runs.
-            if self.owed_acks.len() < MAX_OWED_ACKS {
-                self.owed_acks.push_back(self.rcv_nxt);
+            if self.ack.owed.len() < MAX_OWED_ACKS {
+                self.ack.owed.push_back(self.rcv.nxt);
             }
-            self.ack_now = false;
-            self.last_ack_sent = self.rcv_nxt;
+            self.ack.due = false;
+            self.ack.last_sent = self.rcv.nxt;
             self.timers.stop(Timer::DelayedAck);
-            self.rcv_unacked_bytes = 0;
+            self.ack.unacked_bytes = 0;
         }
         match self.state {
             State::Closed | State::Listen => {}
@@ -146,7 +148,7 @@ impl Tcb {
         let f = seg.flags;
         let ack = SeqNum(seg.ack);
         // First: check the ACK bit.
-        if f.ack() && (ack <= self.iss || ack > self.snd_nxt) {
+        if f.ack() && (ack <= self.snd.iss || ack > self.snd.nxt) {
             if !f.rst() {
                 self.rst_reply = Some(ack);
             }
@@ -165,61 +167,62 @@ impl Tcb {
             return;
         }
         self.last_rcv = now;
-        self.irs = SeqNum(seg.seq);
-        self.rcv_nxt = self.irs + 1;
+        self.rcv.irs = SeqNum(seg.seq);
+        self.rcv.nxt = self.rcv.irs + 1;
         // The window our SYN offered (unscaled, RFC 7323 §2.2) now has a left edge: text
         // riding on the SYN,ACK is accepted up to it.
         let offered = self
-            .rcv_cap
-            .saturating_sub(self.rcv_buf.len() as u32)
+            .rcv
+            .cap
+            .saturating_sub(self.rcv.buf.len() as u32)
             .min(super::tcb::MAX_WINDOW);
-        self.rcv_adv = self.rcv_nxt + offered;
+        self.rcv.adv = self.rcv.nxt + offered;
         self.apply_syn_options(now, seg);
         // The window of a SYN is never scaled (RFC 7323 §2.2).
-        self.snd_wnd = u32::from(seg.window);
-        self.max_snd_wnd = self.snd_wnd;
-        self.snd_wl1 = self.irs;
-        self.snd_wl2 = ack;
+        self.snd.wnd = u32::from(seg.window);
+        self.snd.max_wnd = self.snd.wnd;
+        self.snd.wl1 = self.rcv.irs;
+        self.snd.wl2 = ack;
         if f.ack() {
             // Our SYN is acknowledged: ESTABLISHED.
-            self.snd_una = ack;
+            self.snd.una = ack;
             self.take_rtt_sample(now, ack, seg);
             self.timers.stop(Timer::Retransmit);
-            self.rtx_series_start = None;
-            if self.syn_retransmitted {
+            self.retry.series_start = None;
+            if self.retry.syn_retransmitted {
                 self.rtt.syn_retransmitted_no_sample();
             }
             self.establish(now);
-            self.ack_now = true;
+            self.ack.due = true;
             // Text or FIN carried by the SYN,ACK (rare, but legal).
             if !payload.is_empty() || f.fin() {
-                self.process_text(now, self.irs + 1, payload, f.fin(), Pieces::ONE);
+                self.process_text(now, self.rcv.irs + 1, payload, f.fin(), Pieces::ONE);
             }
         } else {
             // Simultaneous open (RFC 9293 §3.5, figure 7): send SYN,ACK from SYN-RECEIVED
             // (our SYN again, now with an ACK; SND.NXT stays at ISS+1).
             self.state = State::SynReceived;
             self.simultaneous = true;
-            self.syn_due = true;
-            self.ack_now = true;
+            self.retry.syn_due = true;
+            self.ack.due = true;
         }
     }
 
     /// The handshake completed.
     pub(super) fn establish(&mut self, now: Instant) {
         self.state = State::Established;
-        self.syn_due = false;
+        self.retry.syn_due = false;
         // Our SYN was acknowledged: Linux counts it as one segment delivered.
         self.info_state.delivered += 1;
         self.events
             .insert(Events::CONNECTED | Events::WRITABLE | Events::READABLE);
-        self.quickack = QUICKACK_SEGMENTS;
-        self.last_rcv_data = now;
-        if self.keepalive {
+        self.ack.quickack = QUICKACK_SEGMENTS;
+        self.rcv.last_data = now;
+        if self.sockopt.keepalive {
             self.timers
                 .set(Timer::Keepalive, now + self.settings.keepalive_idle);
         }
-        if self.fin_queued {
+        if self.snd.fin_queued {
             // shutdown() while the handshake was in progress.
             self.state = State::FinWait1;
         }
@@ -238,10 +241,10 @@ impl Tcb {
         let seg_len = payload.len() as u32 + u32::from(f.syn()) + u32::from(f.fin());
 
         // RFC 7323 §5.3 R1: PAWS. A RST bypasses it.
-        if self.ts_ok && !f.rst() {
+        if self.opts.ts_ok && !f.rst() {
             if let Some((tsval, _)) = seg.options.timestamps {
-                let older = (tsval.wrapping_sub(self.ts_recent) as i32) < 0;
-                let fresh = now.saturating_duration_since(self.ts_recent_time) < PAWS_IDLE;
+                let older = (tsval.wrapping_sub(self.opts.ts_recent) as i32) < 0;
+                let fresh = now.saturating_duration_since(self.opts.ts_recent_time) < PAWS_IDLE;
                 if older && fresh {
                     self.stats.paws_drops += 1;
                     if self.state == State::TimeWait && !f.syn() {
@@ -255,31 +258,31 @@ impl Tcb {
         }
 
         // First: check the sequence number (the four acceptability cases).
-        let wnd = self.rcv_adv.since(self.rcv_nxt);
+        let wnd = self.rcv.adv.since(self.rcv.nxt);
         let acceptable = match (seg_len, wnd) {
-            (0, 0) => seq == self.rcv_nxt,
-            (0, _) => seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd),
+            (0, 0) => seq == self.rcv.nxt,
+            (0, _) => seq.in_range(self.rcv.nxt, self.rcv.nxt + wnd),
             (_, 0) => false,
             (_, _) => {
-                seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
-                    || (seq + (seg_len - 1)).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+                seq.in_range(self.rcv.nxt, self.rcv.nxt + wnd)
+                    || (seq + (seg_len - 1)).in_range(self.rcv.nxt, self.rcv.nxt + wnd)
             }
         };
         let mut payload = payload;
         let mut fin = f.fin();
         if !acceptable {
-            if wnd == 0 && seq == self.rcv_nxt && !f.syn() && !f.rst() {
+            if wnd == 0 && seq == self.rcv.nxt && !f.syn() && !f.rst() {
                 // RFC 9293 §3.10.7.4: with a zero receive window no text is acceptable,
                 // but valid ACKs, URGs and RSTs are still processed (MUST-66). Drop the
                 // text, keep the control fields, and answer with our (zero) window.
                 payload = &[];
                 fin = false;
-                self.ack_now = true;
+                self.ack.due = true;
             } else {
                 if f.rst() {
                     return;
                 }
-                if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
+                if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.rcv.irs {
                     // A retransmitted SYN: our SYN,ACK may have been lost; send it again
                     // (RFC 9293 §3.8.1), at most one per `tcp_invalid_ratelimit`, as Linux
                     // does (tcp_check_req: a burst of copies draws one answer, not one
@@ -289,7 +292,7 @@ impl Tcb {
                     if self.invalid_rate_limited(now) {
                         self.stats.acks_skipped_syn_recv += 1;
                     } else {
-                        self.syn_due = true;
+                        self.retry.syn_due = true;
                     }
                     return;
                 }
@@ -298,31 +301,31 @@ impl Tcb {
                     && self.simultaneous
                     && f.syn()
                     && f.ack()
-                    && seq == self.irs
-                    && ack > self.snd_una
-                    && ack <= self.snd_nxt
+                    && seq == self.rcv.irs
+                    && ack > self.snd.una
+                    && ack <= self.snd.nxt
                 {
                     // Simultaneous open: the peer's SYN,ACK acknowledges our SYN. Its
                     // sequence number is below RCV.NXT, so §3.10.7.4 would only ACK it;
                     // taking its ACK (as Linux does, RFC 9293 Appendix A.2) saves a round
                     // trip. The SYN's window is not scaled (RFC 7323 §2.2).
-                    self.snd_una = ack;
-                    self.snd_wnd = u32::from(seg.window);
-                    self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-                    self.snd_wl1 = seq;
-                    self.snd_wl2 = ack;
+                    self.snd.una = ack;
+                    self.snd.wnd = u32::from(seg.window);
+                    self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+                    self.snd.wl1 = seq;
+                    self.snd.wl2 = ack;
                     self.timers.stop(Timer::Retransmit);
-                    self.rtx_series_start = None;
+                    self.retry.series_start = None;
                     self.establish(now);
-                    self.ack_now = true;
+                    self.ack.due = true;
                     return;
                 }
                 // Data entirely below RCV.NXT is a duplicate: report it (RFC 2883 §4.1).
                 if !payload.is_empty()
-                    && self.sack_ok
-                    && (seq + payload.len() as u32) <= self.rcv_nxt
+                    && self.opts.sack_ok
+                    && (seq + payload.len() as u32) <= self.rcv.nxt
                 {
-                    self.dsack = Some((seq, seq + payload.len() as u32));
+                    self.ack.dsack = Some((seq, seq + payload.len() as u32));
                     self.stats.dup_segs_in += u64::from(pieces.n);
                 }
                 if self.state == State::TimeWait && !f.syn() {
@@ -342,15 +345,15 @@ impl Tcb {
         }
 
         self.last_rcv = now;
-        if self.keepalive && self.state.is_synchronized() {
-            self.keepalive_sent = 0;
+        if self.sockopt.keepalive && self.state.is_synchronized() {
+            self.retry.keepalive_sent = 0;
             self.timers
                 .set(Timer::Keepalive, now + self.settings.keepalive_idle);
         }
 
         // Second: the RST bit (RFC 5961 §3.2).
         if f.rst() {
-            if seq == self.rcv_nxt {
+            if seq == self.rcv.nxt {
                 self.stats.rsts_in += 1;
                 // The error the application sees is Linux's (tcp_reset()): EPIPE in
                 // CLOSE-WAIT (the peer's FIN came first, so reads still end cleanly),
@@ -394,12 +397,12 @@ impl Tcb {
         }
         let ack = SeqNum(seg.ack);
         if self.state == State::SynReceived {
-            if ack > self.snd_una && ack <= self.snd_nxt {
+            if ack > self.snd.una && ack <= self.snd.nxt {
                 // RFC 9293: SND.WND from this segment, now with scaling.
-                self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
-                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-                self.snd_wl1 = seq;
-                self.snd_wl2 = ack;
+                self.snd.wnd = u32::from(seg.window) << self.opts.snd_wscale;
+                self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+                self.snd.wl1 = seq;
+                self.snd.wl2 = ack;
                 self.establish(now);
             } else {
                 // <SEQ=SEG.ACK><CTL=RST>
@@ -408,12 +411,12 @@ impl Tcb {
             }
         }
         // RFC 5961 §5.2: SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT.
-        if ack > self.snd_nxt {
+        if ack > self.snd.nxt {
             self.stats.bad_acks += 1;
             self.challenge_ack(now);
             return;
         }
-        let floor = self.snd_una - self.max_snd_wnd.max(1);
+        let floor = self.snd.una - self.snd.max_wnd.max(1);
         if ack < floor {
             self.stats.bad_acks += 1;
             self.challenge_ack(now);
@@ -424,11 +427,13 @@ impl Tcb {
         // segment dropped for an ACK outside the window (RFC 5961 §5.2) must not move
         // TS.Recent, or one forged segment with a large TSval makes PAWS reject every
         // later genuine segment and stalls the connection.
-        if self.ts_ok {
+        if self.opts.ts_ok {
             if let Some((tsval, _)) = seg.options.timestamps {
-                if seq <= self.last_ack_sent && (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
-                    self.ts_recent = tsval;
-                    self.ts_recent_time = now;
+                if seq <= self.ack.last_sent
+                    && (tsval.wrapping_sub(self.opts.ts_recent) as i32) >= 0
+                {
+                    self.opts.ts_recent = tsval;
+                    self.opts.ts_recent_time = now;
                 }
             }
         }
@@ -447,10 +452,10 @@ impl Tcb {
             )
         {
             let up = seq + u32::from(seg.urgent);
-            if up > self.rcv_nxt || up.in_range_inclusive(self.rcv_nxt, self.rcv_adv) {
-                let off = self.rcv_off + u64::from(up.since(self.rcv_nxt));
-                if self.rcv_up.is_none_or(|cur| off > cur) {
-                    self.rcv_up = Some(off);
+            if up > self.rcv.nxt || up.in_range_inclusive(self.rcv.nxt, self.rcv.adv) {
+                let off = self.rcv.off + u64::from(up.since(self.rcv.nxt));
+                if self.rcv.up.is_none_or(|cur| off > cur) {
+                    self.rcv.up = Some(off);
                     self.events.insert(Events::URGENT);
                 }
             }
@@ -462,7 +467,7 @@ impl Tcb {
                 self.process_text(now, seq, payload, fin, pieces);
             }
             State::TimeWait => {
-                if seq == self.rcv_nxt && seg_len == 0 {
+                if seq == self.rcv.nxt && seg_len == 0 {
                     // The bare ACK at RCV.NXT (e.g. the peer's ACK of our FIN, again):
                     // taken silently, and the 2 MSL wait starts over, as on Linux.
                     self.timers.set(Timer::State, now + self.settings.time_wait);
@@ -474,7 +479,7 @@ impl Tcb {
                 // CLOSE-WAIT, CLOSING, LAST-ACK: the FIN was received; any further text
                 // is a duplicate. Acknowledge what occupies sequence space.
                 if seg_len > 0 {
-                    self.ack_now = true;
+                    self.ack.due = true;
                 }
             }
         }
@@ -493,11 +498,11 @@ impl Tcb {
             self.timers.set(Timer::State, now + self.settings.time_wait);
         }
         if seg_len > 0 {
-            self.ack_now = true;
+            self.ack.due = true;
         } else if self.invalid_rate_limited(now) {
             self.stats.acks_skipped_time_wait += 1;
         } else {
-            self.ack_now = true;
+            self.ack.due = true;
         }
     }
 
@@ -508,7 +513,7 @@ impl Tcb {
             return;
         }
         self.stats.challenge_acks += 1;
-        self.ack_now = true;
+        self.ack.due = true;
     }
 
     /// The ACK owed to an unacceptable segment (RFC 9293 §3.10.7.4 first step). Pure
@@ -518,7 +523,7 @@ impl Tcb {
         if syn {
             self.challenge_ack(now);
         } else if seg_len > 0 || !self.invalid_rate_limited(now) {
-            self.ack_now = true;
+            self.ack.due = true;
         }
     }
 
@@ -539,11 +544,11 @@ impl Tcb {
     /// for a zero window still counts: such a segment is not a duplicate ACK).
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNum, ack: SeqNum, seg_len: u32) {
         let prior_in_flight = self.in_flight();
-        let acked = ack.since(self.snd_una);
+        let acked = ack.since(self.snd.una);
         // RFC 9937 §6: RecoverFS should this ACK start recovery, and what it delivers.
         self.prr_ack_start();
         let prior_losses = self.stats.rack_losses;
-        let old_wnd = self.snd_wnd;
+        let old_wnd = self.snd.wnd;
 
         // SACK (RFC 2018 §4, RFC 6675 §5 Update()).
         let mut newly_sacked = 0;
@@ -553,8 +558,8 @@ impl Tcb {
         let mut delivered_before = 0;
         let mut dsack = None;
         if acked > 0 {
-            delivered_before = if self.sack_ok {
-                let una = self.snd_una;
+            delivered_before = if self.opts.sack_ok {
+                let una = self.snd.una;
                 self.sb
                     .ranges()
                     .filter_map(|(a, b)| {
@@ -563,18 +568,18 @@ impl Tcb {
                     })
                     .fold(0u32, u32::saturating_add)
             } else {
-                self.dupacks.saturating_mul(self.mss())
+                self.loss.dupacks.saturating_mul(self.mss())
             };
             self.sb.advance(ack);
         }
-        if self.sack_ok && !seg.options.sack_blocks().is_empty() {
+        if self.opts.sack_ok && !seg.options.sack_blocks().is_empty() {
             let mut blocks = [(SeqNum(0), SeqNum(0)); 4];
             let mut n = 0;
             for b in seg.options.sack_blocks() {
                 blocks[n] = (SeqNum(b.left), SeqNum(b.right));
                 n += 1;
             }
-            let (una, nxt) = (ack.max(self.snd_una), self.snd_nxt);
+            let (una, nxt) = (ack.max(self.snd.una), self.snd.nxt);
             let sb = self.sb.get_mut(self.settings.sack_max_ranges as usize);
             let forgotten = sb.forgotten();
             let d = sb.update(una, nxt, &blocks[..n]);
@@ -588,33 +593,33 @@ impl Tcb {
         }
 
         // The send window (RFC 9293 §3.10.7.4: only from newer segments).
-        let wnd = u32::from(seg.window) << self.snd_wscale;
-        if self.snd_wl1 < seq || (self.snd_wl1 == seq && self.snd_wl2 <= ack) {
-            self.snd_wnd = wnd;
-            self.snd_wl1 = seq;
-            self.snd_wl2 = ack;
-            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+        let wnd = u32::from(seg.window) << self.opts.snd_wscale;
+        if self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack) {
+            self.snd.wnd = wnd;
+            self.snd.wl1 = seq;
+            self.snd.wl2 = ack;
+            self.snd.max_wnd = self.snd.max_wnd.max(wnd);
             if wnd > 0 {
                 self.timers.stop(Timer::Persist);
-                self.persist_backoff = 0;
+                self.retry.persist_backoff = 0;
             }
         }
 
         if acked > 0 {
             // A transmit opportunity outside the write: MSG_MORE's hold ends here.
-            self.more = false;
+            self.tx.more = false;
             let delivered = acked.saturating_sub(delivered_before);
             self.on_new_ack(now, seg, ack, (acked, delivered), prior_in_flight);
-        } else if ack == self.snd_una && self.snd_una != self.snd_nxt {
+        } else if ack == self.snd.una && self.snd.una != self.snd.nxt {
             // RFC 5681 §2 duplicate ACK (with SACK: one that SACKs new data, RFC 6675 §2).
             let is_dup = seg_len == 0
-                && if self.sack_ok {
+                && if self.opts.sack_ok {
                     newly_sacked > 0 || (seg.options.sack_blocks().is_empty() && wnd == old_wnd)
                 } else {
                     wnd == old_wnd
                 };
             if is_dup {
-                self.dupacks = self.dupacks.saturating_add(1);
+                self.loss.dupacks = self.loss.dupacks.saturating_add(1);
                 self.stats.dup_acks_in += 1;
                 self.on_dupack(now, prior_in_flight);
             }
@@ -629,14 +634,14 @@ impl Tcb {
             self.stats.rack_losses > prior_losses
         } else {
             self.sb
-                .is_lost(self.snd_una, self.mss(), self.settings.dupthresh)
+                .is_lost(self.snd.una, self.mss(), self.settings.dupthresh)
         };
         self.prr_on_ack(delivered_data, acked > 0, new_loss);
         // Idle again: RACK's records, the scoreboard and PRR's episode go.
         self.release_idle_state();
 
         // Our FIN acknowledged?
-        if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
+        if self.snd.fin_queued && self.snd.una == self.fin_seq() + 1 {
             match self.state {
                 State::FinWait1 => {
                     self.state = State::FinWait2;
@@ -654,12 +659,12 @@ impl Tcb {
 
     /// Bytes in flight by the simple measure (sent, not acknowledged).
     pub(super) fn in_flight(&self) -> u32 {
-        self.snd_nxt.since(self.snd_una)
+        self.snd.nxt.since(self.snd.una)
     }
 
     /// The sequence number the FIN has (or will have) once queued.
     pub(super) fn fin_seq(&self) -> SeqNum {
-        self.snd_buf_seq + self.snd_buf.len() as u32
+        self.snd.buf_seq + self.snd.buf.len() as u32
     }
 
     /// An ACK that advanced SND.UNA.
@@ -672,66 +677,66 @@ impl Tcb {
         prior_in_flight: u32,
     ) {
         // Release acknowledged data (the SYN and FIN occupy no buffer).
-        let n = (ack.since(self.snd_buf_seq) as usize).min(self.snd_buf.len());
-        self.snd_buf.drain(..n);
-        self.snd_buf_seq += n as u32;
-        self.snd_una = ack;
-        if self.snd_up.is_some_and(|up| ack >= up) {
-            self.snd_up = None;
+        let n = (ack.since(self.snd.buf_seq) as usize).min(self.snd.buf.len());
+        self.snd.buf.drain(..n);
+        self.snd.buf_seq += n as u32;
+        self.snd.una = ack;
+        if self.snd.up.is_some_and(|up| ack >= up) {
+            self.snd.up = None;
         }
         self.stats.bytes_out += n as u64;
         self.take_rtt_sample(now, ack, seg);
-        self.rto_reduced = false;
-        self.keepalive_sent = 0;
+        self.loss.rto_reduced = false;
+        self.retry.keepalive_sent = 0;
 
         // RFC 6298 §5.2, §5.3: stop or restart the retransmission timer. What is still
         // outstanding was sent no earlier than now-ish: the unacknowledged-time clock of
         // R2 and the user timeout restarts (RFC 5482 counts from transmission).
-        if self.snd_una == self.snd_nxt {
+        if self.snd.una == self.snd.nxt {
             self.timers.stop(Timer::Retransmit);
-            self.rtx_series_start = None;
+            self.retry.series_start = None;
         } else {
-            self.rtx_series_start = Some(now);
+            self.retry.series_start = Some(now);
             self.timers.set(Timer::Retransmit, self.rtx_due(now));
         }
 
         let mss = self.mss();
-        match self.recovery {
+        match self.loss.phase {
             Recovery::Fast => {
-                if ack >= self.recover {
+                if ack >= self.loss.recover {
                     // RFC 6582 §3.2 step 3 (full ACK) / RFC 6675 §5: recovery ends.
-                    self.recovery = Recovery::Open;
-                    self.dupacks = 0;
+                    self.loss.phase = Recovery::Open;
+                    self.loss.dupacks = 0;
                     self.cc.on_recovery_exit(now);
                 } else {
                     // Partial ACK.
-                    self.high_rxt = self.high_rxt.max(self.snd_una);
-                    if !self.sack_ok {
+                    self.loss.high_rxt = self.loss.high_rxt.max(self.snd.una);
+                    if !self.opts.sack_ok {
                         // RFC 6582 §3.2 step 4: retransmit the first unacknowledged
                         // segment, deflate by the amount acknowledged, add back one SMSS.
-                        self.rtx_head = true;
-                        self.reno_cwnd = self.reno_cwnd.saturating_sub(acked);
+                        self.loss.rtx_head = true;
+                        self.loss.reno_cwnd = self.loss.reno_cwnd.saturating_sub(acked);
                         if acked >= mss {
-                            self.reno_cwnd = self.reno_cwnd.saturating_add(mss);
+                            self.loss.reno_cwnd = self.loss.reno_cwnd.saturating_add(mss);
                         }
-                        self.dupacks = 0;
+                        self.loss.dupacks = 0;
                     }
                 }
             }
             Recovery::Loss => {
-                if ack >= self.recover {
-                    self.recovery = Recovery::Open;
+                if ack >= self.loss.recover {
+                    self.loss.phase = Recovery::Open;
                 }
-                self.high_rxt = self.high_rxt.max(self.snd_una);
-                self.dupacks = 0;
+                self.loss.high_rxt = self.loss.high_rxt.max(self.snd.una);
+                self.loss.dupacks = 0;
                 self.cc_on_ack(now, delivered, prior_in_flight, ack);
             }
             Recovery::Open => {
-                self.dupacks = 0;
+                self.loss.dupacks = 0;
                 self.cc_on_ack(now, delivered, prior_in_flight, ack);
             }
         }
-        self.high_rxt = self.high_rxt.max(self.snd_una);
+        self.loss.high_rxt = self.loss.high_rxt.max(self.snd.una);
 
         if self.send_space() >= self.settings.sndlowat as usize && n > 0 {
             self.events.insert(Events::WRITABLE);
@@ -748,10 +753,10 @@ impl Tcb {
         // when the flight nearly fills it, and in slow start while it is below twice the
         // largest flight of the current round (an application that sent 5 segments of a
         // 10-segment window does not earn a larger one).
-        let cwnd_limited = self.cwnd_blocked
+        let cwnd_limited = self.tx.cwnd_blocked
             || prior_in_flight.saturating_add(2 * mss) >= cwnd
-            || (self.cc.in_slow_start() && self.flight_peak.0.saturating_mul(2) > cwnd);
-        self.cwnd_blocked = false;
+            || (self.cc.in_slow_start() && self.tx.flight_peak.0.saturating_mul(2) > cwnd);
+        self.tx.cwnd_blocked = false;
         let sample = AckSample {
             now,
             acked,
@@ -761,16 +766,16 @@ impl Tcb {
             min_rtt: self.rtt.min_rtt(),
             cwnd_limited,
             ack_seq: ack,
-            snd_nxt: self.snd_nxt,
+            snd_nxt: self.snd.nxt,
         };
         self.cc.on_ack(&sample);
     }
 
     /// RTT measurement (RFC 6298 §3 Karn; RFC 7323 §4 RTTM with timestamps).
     fn take_rtt_sample(&mut self, now: Instant, ack: SeqNum, seg: &TcpRepr) {
-        if let Some((end, sent)) = self.rtt_timed {
+        if let Some((end, sent)) = self.rtt.timed {
             if ack >= end {
-                self.rtt_timed = None;
+                self.rtt.timed = None;
                 self.rtt.sample(now.saturating_duration_since(sent));
                 self.stats.rtt_samples += 1;
                 return;
@@ -781,11 +786,12 @@ impl Tcb {
         // timeout, an echo of a timestamp sent before it is not taken: a lost ACK answered
         // later (its duplicate echoes the old TS.Recent) would measure the timeout itself,
         // and feeding that into the RTO inflates the next timeout without bound.
-        let need = self.recovery != Recovery::Open || self.rtt.backoff() > 0;
-        if self.ts_ok && self.rtt_timed.is_none() && need {
+        let need = self.loss.phase != Recovery::Open || self.rtt.backoff() > 0;
+        if self.opts.ts_ok && self.rtt.timed.is_none() && need {
             if let Some((_, tsecr)) = seg.options.timestamps {
                 let fresh = self
-                    .ts_rtt_floor
+                    .rtt
+                    .ts_floor
                     .is_none_or(|floor| (tsecr.wrapping_sub(floor) as i32) >= 0);
                 if tsecr != 0 && fresh {
                     let d = self.ts_now(now).wrapping_sub(tsecr);
@@ -801,26 +807,26 @@ impl Tcb {
     /// A duplicate ACK: limited transmit, loss-recovery entry, NewReno inflation.
     fn on_dupack(&mut self, now: Instant, prior_in_flight: u32) {
         let mss = self.mss();
-        match self.recovery {
+        match self.loss.phase {
             Recovery::Open => {
                 if self.rack_loss_detection() {
                     // RACK (RFC 8985, `rack.rs`) decides what is lost instead.
                     return;
                 }
-                let lost_head =
-                    self.sack_ok && self.sb.is_lost(self.snd_una, mss, self.settings.dupthresh);
+                let lost_head = self.opts.sack_ok
+                    && self.sb.is_lost(self.snd.una, mss, self.settings.dupthresh);
                 // RFC 6675 §5 / RFC 6582 §3.2 step 1: no new recovery until the previous
                 // recovery point was acknowledged.
-                if (self.dupacks >= self.settings.dupthresh || lost_head)
-                    && self.snd_una >= self.recover
+                if (self.loss.dupacks >= self.settings.dupthresh || lost_head)
+                    && self.snd.una >= self.loss.recover
                 {
                     self.enter_fast_recovery(now, prior_in_flight);
                 }
                 // Otherwise RFC 3042 limited transmit happens in output.
             }
-            Recovery::Fast if !self.sack_ok => {
+            Recovery::Fast if !self.opts.sack_ok => {
                 // RFC 6582 §3.2 step 3: inflate by one SMSS per further duplicate ACK.
-                self.reno_cwnd = self.reno_cwnd.saturating_add(mss);
+                self.loss.reno_cwnd = self.loss.reno_cwnd.saturating_add(mss);
             }
             _ => {}
         }
@@ -829,16 +835,16 @@ impl Tcb {
     /// RFC 6675 §5 steps 4.1-4.3 / RFC 6582 §3.2 step 2: fast retransmit.
     pub(super) fn enter_fast_recovery(&mut self, now: Instant, prior_in_flight: u32) {
         let mss = self.mss();
-        self.recovery = Recovery::Fast;
-        self.recover = self.snd_nxt;
-        self.high_rxt = self.snd_una;
+        self.loss.phase = Recovery::Fast;
+        self.loss.recover = self.snd.nxt;
+        self.loss.high_rxt = self.snd.una;
         self.cc.on_congestion_event(now, prior_in_flight);
         self.stats.recoveries += 1;
         self.stats.fast_retransmits += 1;
-        self.rtx_head = true;
+        self.loss.rtx_head = true;
         self.prr_init();
-        if !self.sack_ok {
-            self.reno_cwnd = self
+        if !self.opts.sack_ok {
+            self.loss.reno_cwnd = self
                 .cc
                 .ssthresh()
                 .saturating_add(self.settings.dupthresh.saturating_mul(mss));
@@ -852,7 +858,7 @@ impl Tcb {
     /// of `pieces`: records as owed the ACKs its pieces before the last would have drawn
     /// arriving one by one (RFC 9293 §3.8.6.3, RFC 5681 §4.2: while quick ACKs last, one
     /// per piece; after that, one whenever more than one MSS is unacknowledged, i.e. every
-    /// second full-sized piece), and leaves in `rcv_unacked_bytes` what the last ACK point
+    /// second full-sized piece), and leaves in `ack.unacked_bytes` what the last ACK point
     /// leaves unacknowledged, so the ACK decision for the last piece is the one it would
     /// have had alone. The owed ACKs leave first (`poll_transmit`), in order.
     fn owe_in_order_acks(&mut self, seq: SeqNum, from: u32, n: u32, pieces: Pieces) {
@@ -862,26 +868,26 @@ impl Tcb {
         // segment's first byte); each one is where a piece would have been taken alone.
         let mut at = seq + (size - from % size);
         let mut prev = seq;
-        let mut acc = self.rcv_unacked_bytes;
-        let mut quick = self.quickack;
-        while at < end && self.owed_acks.len() < MAX_OWED_ACKS {
+        let mut acc = self.ack.unacked_bytes;
+        let mut quick = self.ack.quickack;
+        while at < end && self.ack.owed.len() < MAX_OWED_ACKS {
             acc = acc.saturating_add(at.since(prev));
             prev = at;
-            if quick > 0 || acc > self.rcv_mss {
+            if quick > 0 || acc > self.opts.rcv_mss {
                 quick = quick.saturating_sub(1);
-                self.owed_acks.push_back(at);
+                self.ack.owed.push_back(at);
                 acc = 0;
             }
             at += size;
         }
-        self.rcv_unacked_bytes = acc.saturating_add(end.since(prev));
+        self.ack.unacked_bytes = acc.saturating_add(end.since(prev));
     }
 
     /// Owes `k` more ACKs of RCV.NXT as it is now (duplicate ACKs), within the bound.
     fn owe_duplicate_acks(&mut self, k: u32) {
-        let room = MAX_OWED_ACKS.saturating_sub(self.owed_acks.len());
+        let room = MAX_OWED_ACKS.saturating_sub(self.ack.owed.len());
         for _ in 0..(k as usize).min(room) {
-            self.owed_acks.push_back(self.rcv_nxt);
+            self.ack.owed.push_back(self.rcv.nxt);
         }
     }
 
@@ -899,7 +905,7 @@ impl Tcb {
         if self.app_closed && !payload.is_empty() {
             // Data for a connection nobody will read: reset it (as Linux does).
             let end = seq + payload.len() as u32;
-            if end > self.rcv_nxt {
+            if end > self.rcv.nxt {
                 self.abort(now);
                 return;
             }
@@ -910,11 +916,11 @@ impl Tcb {
         let mut fin = fin;
         // Trim what we already have (RFC 9293: "trim ... to the window"). What lies below
         // RCV.NXT is the segment's first duplicate run: its D-SACK (RFC 2883 §4.2).
-        if seq < self.rcv_nxt {
-            let skip = self.rcv_nxt.since(seq) as usize;
+        if seq < self.rcv.nxt {
+            let skip = self.rcv.nxt.since(seq) as usize;
             if skip >= data.len() {
-                if !data.is_empty() && self.sack_ok {
-                    self.dsack = Some((seq, seq + data.len() as u32));
+                if !data.is_empty() && self.opts.sack_ok {
+                    self.ack.dsack = Some((seq, seq + data.len() as u32));
                     self.stats.dup_segs_in += u64::from(pieces.n);
                 }
                 if skip > data.len() {
@@ -923,28 +929,28 @@ impl Tcb {
                 }
                 data = &[];
             } else {
-                if self.sack_ok {
-                    self.dsack = Some((seq, self.rcv_nxt));
+                if self.opts.sack_ok {
+                    self.ack.dsack = Some((seq, self.rcv.nxt));
                 }
                 // Pieces wholly below RCV.NXT would each have been an unacceptable
                 // duplicate, answered at once (RFC 9293 §3.10.7.4 first step).
                 let dups = pieces.within(skip as u32);
                 if dups > 0 {
-                    if self.sack_ok {
+                    if self.opts.sack_ok {
                         self.stats.dup_segs_in += u64::from(dups);
                     }
                     // Each whole duplicate piece was answered at once: those answers
                     // are owed ahead of what the new data after them draws.
                     self.owe_duplicate_acks(dups);
-                    self.ack_now = true;
+                    self.ack.due = true;
                 }
                 data = &data[skip..];
             }
-            seq = self.rcv_nxt;
+            seq = self.rcv.nxt;
         }
         // Trim what lies beyond the advertised right edge.
         let mut beyond = 0u32;
-        let right = self.rcv_adv.max(self.rcv_nxt);
+        let right = self.rcv.adv.max(self.rcv.nxt);
         let room = right.since(seq) as usize;
         if data.len() > room {
             data = &data[..room];
@@ -955,61 +961,61 @@ impl Tcb {
             let last_start = u64::from(pieces.n - 1) * u64::from(pieces.size);
             let edge = u64::from(right.since(seg_seq));
             if pieces.n > 1 && last_start >= edge {
-                self.ack_now = true;
+                self.ack.due = true;
                 let first_beyond = edge.div_ceil(u64::from(pieces.size.max(1)));
                 beyond = (u64::from(pieces.n) - first_beyond.min(u64::from(pieces.n))) as u32;
             }
         }
-        if seq == self.rcv_nxt {
+        if seq == self.rcv.nxt {
             if !data.is_empty() {
-                if self.sack_ok && seq == seg_seq && !self.ooo.is_empty() {
+                if self.opts.sack_ok && seq == seg_seq && !self.rcv.ooo.is_empty() {
                     // RFC 2883 §4, §4.2: in-order data that overlaps data held out of
                     // order is a duplicate there; its first duplicate run is reported,
                     // though the cumulative ACK now covers it (a segment that began
                     // below RCV.NXT has reported its first run above).
-                    let off = self.rcv_off;
-                    let run = self.ooo.first_overlap(off, off + data.len() as u64);
+                    let off = self.rcv.off;
+                    let run = self.rcv.ooo.first_overlap(off, off + data.len() as u64);
                     self.note_dsack(seq, off, run);
                 }
-                if now.saturating_duration_since(self.last_rcv_data) > self.rtt.rto() {
+                if now.saturating_duration_since(self.rcv.last_data) > self.rtt.rto() {
                     // Quick ACKs after idle, as Linux.
-                    self.quickack = QUICKACK_SEGMENTS;
+                    self.ack.quickack = QUICKACK_SEGMENTS;
                 }
-                self.last_rcv_data = now;
-                self.rcv_buf.extend(data);
+                self.rcv.last_data = now;
+                self.rcv.buf.extend(data);
                 let n = data.len() as u32;
-                self.rcv_nxt += n;
-                self.rcv_off += u64::from(n);
+                self.rcv.nxt += n;
+                self.rcv.off += u64::from(n);
                 self.stats.bytes_in += u64::from(n);
                 // The peer's segment size: a merged segment's pieces, never its length.
                 let piece = if pieces.n > 1 { pieces.size } else { n };
-                self.rcv_mss = self.rcv_mss.max(piece.min(self.adv_mss));
+                self.opts.rcv_mss = self.opts.rcv_mss.max(piece.min(self.opts.adv_mss));
                 if pieces.n > 1 && !self.settings.gro_stretch_acks {
                     // The ACKs the pieces before the last would have drawn, owed to the
                     // peer; what the last piece draws is decided below as for any segment.
                     self.owe_in_order_acks(seq, seq.since(seg_seq), n, pieces);
                 } else {
-                    self.rcv_unacked_bytes = self.rcv_unacked_bytes.saturating_add(n);
+                    self.ack.unacked_bytes = self.ack.unacked_bytes.saturating_add(n);
                 }
                 // In-order data with data held out of order fills all or part of the gap
                 // before it (RFC 5681 §4.2: ACK at once), also when it covers the held
                 // data, which is then dropped rather than moved (its D-SACK is above).
-                let filled = !self.ooo.is_empty();
+                let filled = !self.rcv.ooo.is_empty();
                 if filled {
-                    let moved = self.ooo.drain_into(self.rcv_off, &mut self.rcv_buf) as u32;
+                    let moved = self.rcv.ooo.drain_into(self.rcv.off, &mut self.rcv.buf) as u32;
                     if moved > 0 {
-                        self.rcv_nxt += moved;
-                        self.rcv_off += u64::from(moved);
+                        self.rcv.nxt += moved;
+                        self.rcv.off += u64::from(moved);
                         self.stats.bytes_in += u64::from(moved);
                     }
                 }
-                if self.ooo.fin() == Some(self.rcv_off) {
+                if self.rcv.ooo.fin() == Some(self.rcv.off) {
                     fin = true;
                     let limits = self.ooo_limits();
-                    self.ooo.set_fin(None, limits);
+                    self.rcv.ooo.set_fin(None, limits);
                 }
                 // Nothing held out of order any more: the store goes.
-                self.ooo.release_if_idle(self.rcv_off);
+                self.rcv.ooo.release_if_idle(self.rcv.off);
                 self.events.insert(Events::READABLE);
                 // RFC 5681 §4.2 / RFC 9293 §3.8.6.3: ACK at least every second full-sized
                 // segment, at once when a hole is filled, within the delayed-ACK timer
@@ -1018,18 +1024,18 @@ impl Tcb {
                 // MSS unacknowledged is acknowledged at once, so a full segment followed
                 // by a partial one (a sender whose buffer is under two segments, e.g. on
                 // loopback with its 64 KB MSS) does not wait for the delayed-ACK timer.
-                let ack_before = core::mem::take(&mut self.ack_now);
+                let ack_before = core::mem::take(&mut self.ack.due);
                 if filled {
-                    self.ack_now = true;
-                } else if self.quickack > 0 {
+                    self.ack.due = true;
+                } else if self.ack.quickack > 0 {
                     // Each piece that brought new data uses one quick ACK, as it would
                     // have arriving alone.
                     let from = seq.since(seg_seq);
                     let used = pieces.overlapping(from, from + n);
-                    self.quickack = self.quickack.saturating_sub(used);
-                    self.ack_now = true;
-                } else if self.rcv_unacked_bytes > self.rcv_mss {
-                    self.ack_now = true;
+                    self.ack.quickack = self.ack.quickack.saturating_sub(used);
+                    self.ack.due = true;
+                } else if self.ack.unacked_bytes > self.opts.rcv_mss {
+                    self.ack.due = true;
                 } else if !self.timers.is_armed(Timer::DelayedAck) {
                     self.timers
                         .set(Timer::DelayedAck, now + self.settings.delack);
@@ -1038,14 +1044,14 @@ impl Tcb {
                     // The pieces beyond the window each drew an ACK of what the window
                     // took; the last of them is the ACK sent now, unless the last piece
                     // in the window already drew it.
-                    let owed = if self.ack_now { beyond } else { beyond - 1 };
+                    let owed = if self.ack.due { beyond } else { beyond - 1 };
                     self.owe_duplicate_acks(owed);
                 }
-                self.ack_now |= ack_before;
+                self.ack.due |= ack_before;
             }
         } else {
             // Out of order: hold it and send a duplicate ACK at once (RFC 5681 §4.2).
-            let off = self.rcv_off + u64::from(seq.since(self.rcv_nxt));
+            let off = self.rcv.off + u64::from(seq.since(self.rcv.nxt));
             self.stats.ooo_segs_in += u64::from(pieces.n);
             if pieces.n > 1 && !data.is_empty() {
                 // Each piece would have drawn its own duplicate ACK (RFC 5681 §4.2): the
@@ -1057,9 +1063,9 @@ impl Tcb {
             if !data.is_empty() {
                 // RFC 2883 §4: the first run of the segment held already is its D-SACK
                 // (before the insertion merges it away).
-                let dup = self.ooo.first_overlap(off, off + data.len() as u64);
+                let dup = self.rcv.ooo.first_overlap(off, off + data.len() as u64);
                 let limits = self.ooo_limits();
-                match self.ooo.insert(off, data, limits) {
+                match self.rcv.ooo.insert(off, data, limits) {
                     InsertOutcome::Stored { .. } => {
                         self.note_sack_recent(off);
                         self.note_dsack(seq, off, dup);
@@ -1068,8 +1074,8 @@ impl Tcb {
                         // RFC 2018 §4: the block holding the segment is reported first
                         // after the D-SACK, which is RFC 2883 §4 rule (4)'s second block.
                         self.note_sack_recent(off);
-                        if self.sack_ok {
-                            self.dsack = Some((seq, seq + data.len() as u32));
+                        if self.opts.sack_ok {
+                            self.ack.dsack = Some((seq, seq + data.len() as u32));
                             self.stats.dup_segs_in += 1;
                         }
                     }
@@ -1081,25 +1087,25 @@ impl Tcb {
             }
             if fin {
                 let limits = self.ooo_limits();
-                self.ooo.set_fin(Some(off + data.len() as u64), limits);
+                self.rcv.ooo.set_fin(Some(off + data.len() as u64), limits);
             }
-            self.ack_now = true;
+            self.ack.due = true;
             return;
         }
         if fin {
-            self.rcv_nxt += 1;
-            self.fin_rcvd = true;
-            self.ooo.clear();
+            self.rcv.nxt += 1;
+            self.rcv.fin = true;
+            self.rcv.ooo.clear();
             let limits = self.ooo_limits();
-            self.ooo.set_fin(None, limits);
-            self.ooo.release_if_idle(self.rcv_off);
-            self.ack_now = true;
+            self.rcv.ooo.set_fin(None, limits);
+            self.rcv.ooo.release_if_idle(self.rcv.off);
+            self.ack.due = true;
             self.timers.stop(Timer::DelayedAck);
             self.events.insert(Events::READABLE);
             match self.state {
                 State::Established => self.state = State::CloseWait,
                 State::FinWait1 => {
-                    if self.fin_queued && self.snd_una == self.fin_seq() + 1 {
+                    if self.snd.fin_queued && self.snd.una == self.fin_seq() + 1 {
                         self.enter_time_wait(now);
                     } else {
                         self.state = State::Closing;
@@ -1114,8 +1120,8 @@ impl Tcb {
     /// Records as the D-SACK (RFC 2883 §4) `run`, the stream offsets of the first
     /// duplicate run of data at `seq` (stream offset `off`), if any (with SACK only).
     fn note_dsack(&mut self, seq: SeqNum, off: u64, run: Option<(u64, u64)>) {
-        if let (true, Some((a, b))) = (self.sack_ok, run) {
-            self.dsack = Some((seq + (a - off) as u32, seq + (b - off) as u32));
+        if let (true, Some((a, b))) = (self.opts.sack_ok, run) {
+            self.ack.dsack = Some((seq + (a - off) as u32, seq + (b - off) as u32));
         }
     }
 
@@ -1124,11 +1130,14 @@ impl Tcb {
     fn note_sack_recent(&mut self, off: u64) {
         let mut next = [Some(off), None, None, None];
         let mut k = 1;
-        for o in self.ooo.recent().into_iter().flatten() {
+        for o in self.rcv.ooo.recent().into_iter().flatten() {
             if k == next.len() {
                 break;
             }
-            let same = match (self.ooo.range_containing(o), self.ooo.range_containing(off)) {
+            let same = match (
+                self.rcv.ooo.range_containing(o),
+                self.rcv.ooo.range_containing(off),
+            ) {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
             };
@@ -1138,7 +1147,7 @@ impl Tcb {
             }
         }
         let limits = self.ooo_limits();
-        self.ooo.set_recent(next, limits);
+        self.rcv.ooo.set_recent(next, limits);
     }
 
     /// TIME-WAIT (RFC 9293 §3.6): wait 2 MSL (`tcp_time_wait_interval`), answering only
@@ -1149,7 +1158,7 @@ impl Tcb {
         self.timers.stop(Timer::Persist);
         self.timers.stop(Timer::Keepalive);
         self.timers.stop(Timer::Cork);
-        self.probe_pending = false;
+        self.retry.probe_pending = false;
         self.timers.set(Timer::State, now + self.settings.time_wait);
         self.events.insert(Events::READABLE);
     }

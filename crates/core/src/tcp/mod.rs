@@ -37,13 +37,18 @@ pub mod sack;
 pub mod seq;
 pub mod syncookie;
 
+mod ack;
 pub mod fused_flow;
 mod fusion;
 mod info;
 mod input;
+mod options;
 mod output;
 mod prr;
 pub mod rack;
+mod receive;
+mod recovery;
+mod send;
 pub mod tcb;
 pub mod timers;
 

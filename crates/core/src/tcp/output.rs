@@ -15,8 +15,9 @@
 //! never held by Nagle, cork or the window.
 
 use super::cc::CongestionControl;
+use super::recovery::Recovery;
 use super::seq::SeqNum;
-use super::tcb::{Outgoing, Recovery, Tcb, MAX_WINDOW};
+use super::tcb::{Outgoing, Tcb, MAX_WINDOW};
 use super::timers::Timer;
 use super::State;
 use crate::time::Instant;
@@ -69,6 +70,54 @@ impl Plan {
     }
 }
 
+/// Transmit-side state of one connection: what shapes the segments `poll_transmit`
+/// cuts (Nagle, cork, MSG_MORE, LSO, TCP Small Queues) and the bookkeeping of its
+/// bursts and of cwnd validation.
+#[derive(Debug)]
+pub(super) struct Transmit {
+    /// When new data was last sent (retransmissions do not count).
+    pub(super) last_data_sent: Instant,
+    /// The current transmit burst (see `build`): its instant and the new-data segments
+    /// sent in it so far.
+    pub(super) push_burst: (Instant, u32),
+    /// The largest payload of one large segment (LSO); 0 or at most one MSS: off.
+    pub(super) lso_max: u32,
+    /// TCP Small Queues: new-data bytes the owner will still take (None: no limit).
+    pub(super) quota: Option<u32>,
+    /// New data was held back by `quota` since the owner last asked.
+    pub(super) quota_blocked: bool,
+    /// Output was blocked by cwnd since the last ACK (cwnd validation).
+    pub(super) cwnd_blocked: bool,
+    /// The largest flight since the round ending at the sequence number beside it was
+    /// sent (cwnd validation in slow start, see `cc_on_ack`).
+    pub(super) flight_peak: (u32, SeqNum),
+    /// An explicit push (TCP_NODELAY set): the data buffered now leaves despite the cork.
+    pub(super) push_once: bool,
+    /// MSG_MORE on the last write: its partial segment is held (see [`Tcb::set_more`]).
+    pub(super) more: bool,
+    /// The end of data written with MSG_MORE: the segment ending there carries no PSH.
+    pub(super) nopush_end: Option<SeqNum>,
+}
+
+impl Transmit {
+    pub(super) fn new(now: Instant, iss: SeqNum) -> Transmit {
+        Transmit {
+            last_data_sent: now,
+            push_burst: (now, 0),
+            // Off until the owner, which knows whether its device path takes large
+            // segments, turns it on (`set_lso_max`, usually with `settings.lso_max`).
+            lso_max: 0,
+            quota: None,
+            quota_blocked: false,
+            cwnd_blocked: false,
+            flight_peak: (0, iss),
+            push_once: false,
+            more: false,
+            nopush_end: None,
+        }
+    }
+}
+
 impl Tcb {
     /// The next segment to send, if any. Call until it returns `None` after every input.
     /// While fused only a RST (abort) can come out.
@@ -79,10 +128,13 @@ impl Tcb {
         }
         if self.rst_pending {
             self.rst_pending = false;
-            let ts = self.ts_ok.then(|| (self.ts_now(now), self.ts_recent));
+            let ts = self
+                .opts
+                .ts_ok
+                .then(|| (self.ts_now(now), self.opts.ts_recent));
             self.stats.rsts_out += 1;
-            let seq = self.snd_nxt;
-            let ack = self.rcv_nxt;
+            let seq = self.snd.nxt;
+            let ack = self.rcv.nxt;
             self.enter_closed();
             self.events.insert(super::Events::ERROR);
             let mut rst = self.build_rst(seq, Some(ack));
@@ -92,7 +144,7 @@ impl Tcb {
             }
             return Some(rst);
         }
-        if self.fused {
+        if self.fusion.is_fused() {
             // Fused (see `fusion.rs`): nothing but a RST ever leaves; a queued FIN waits
             // for the unfuse.
             return None;
@@ -103,21 +155,21 @@ impl Tcb {
                 return None;
             }
             State::SynSent | State::SynReceived => {
-                if self.snd_nxt == self.iss || self.syn_due {
+                if self.snd.nxt == self.snd.iss || self.retry.syn_due {
                     return Some(self.build_syn(now));
                 }
                 if self.state == State::SynSent {
                     return None;
                 }
                 // SYN-RECEIVED: only ACKs (e.g. a challenge ACK) besides the SYN,ACK.
-                if self.ack_now {
-                    return Some(self.build(now, Plan::ack(self.snd_nxt)));
+                if self.ack.due {
+                    return Some(self.build(now, Plan::ack(self.snd.nxt)));
                 }
                 return None;
             }
             State::TimeWait => {
-                if self.ack_now {
-                    return Some(self.build(now, Plan::ack(self.snd_nxt)));
+                if self.ack.due {
+                    return Some(self.build(now, Plan::ack(self.snd.nxt)));
                 }
                 self.chrono_update(now);
                 return None;
@@ -126,7 +178,7 @@ impl Tcb {
         }
         // The ACKs a coalesced segment's pieces would have drawn (`handle_segment_gro`), in
         // order, before anything that acknowledges more.
-        if let Some(point) = self.owed_acks.pop_front() {
+        if let Some(point) = self.ack.owed.pop_front() {
             return Some(self.build_owed_ack(now, point));
         }
         // RFC 8985 §7.3: a tail loss probe (`rack.rs`).
@@ -142,18 +194,18 @@ impl Tcb {
         if let Some(plan) = self.plan_retransmission(true) {
             return Some(self.build(now, plan));
         }
-        if self.probe_pending {
-            self.probe_pending = false;
+        if self.retry.probe_pending {
+            self.retry.probe_pending = false;
             // Linux-style probe: an old sequence number with no data, which the peer must
             // answer with an ACK carrying its current window.
-            let seq = self.snd_una - 1;
+            let seq = self.snd.una - 1;
             return Some(self.build(now, Plan::segment(Kind::Probe, seq, 0, false)));
         }
-        if self.ack_now || self.dsack.is_some() {
-            return Some(self.build(now, Plan::ack(self.snd_nxt)));
+        if self.ack.due || self.ack.dsack.is_some() {
+            return Some(self.build(now, Plan::ack(self.snd.nxt)));
         }
         // Nothing more to send: the transmit burst is over.
-        self.push_burst.1 = 0;
+        self.tx.push_burst.1 = 0;
         self.chrono_update(now);
         None
     }
@@ -162,36 +214,40 @@ impl Tcb {
     /// beyond timestamps, i.e. SACK blocks (RFC 6691: the MSS excludes all options).
     fn seg_max(&self) -> u32 {
         let mss = self.mss();
-        if !self.sack_ok || (self.ooo.is_empty() && self.dsack.is_none()) {
+        if !self.opts.sack_ok || (self.rcv.ooo.is_empty() && self.ack.dsack.is_none()) {
             return mss;
         }
-        let cap = if self.ts_ok { 3 } else { 4 };
-        let n = (self.ooo.ranges().take(cap).count() + usize::from(self.dsack.is_some())).min(cap);
+        let cap = if self.opts.ts_ok { 3 } else { 4 };
+        let n = (self.rcv.ooo.ranges().take(cap).count() + usize::from(self.ack.dsack.is_some()))
+            .min(cap);
         mss.saturating_sub(4 + 8 * n as u32).max(1)
     }
 
     /// The end of the send buffer in sequence space.
     fn data_end(&self) -> SeqNum {
-        self.snd_buf_seq + self.snd_buf.len() as u32
+        self.snd.buf_seq + self.snd.buf.len() as u32
     }
 
     fn fin_sent(&self) -> bool {
-        self.fin_queued && self.snd_nxt > self.fin_seq()
+        self.snd.fin_queued && self.snd.nxt > self.fin_seq()
     }
 
     /// Bytes that may still be sent under the congestion window (RFC 5681 §3, RFC 6675
     /// §5 step C, RFC 6582 with window inflation, RFC 3042 limited transmit).
     fn cwnd_allowance(&self) -> u32 {
         let mss = self.mss();
-        match self.recovery {
-            Recovery::Fast if !self.sack_ok => self.reno_cwnd.saturating_sub(self.in_flight()),
+        match self.loss.phase {
+            Recovery::Fast if !self.opts.sack_ok => {
+                self.loss.reno_cwnd.saturating_sub(self.in_flight())
+            }
             // RFC 9937 (`prr.rs`): PRR paces SACK fast recovery.
             Recovery::Fast => self.prr_allowance().unwrap_or(0),
             _ => {
                 let mut cwnd = self.cc.cwnd();
-                if self.recovery == Recovery::Open && !self.sack_ok && self.dupacks > 0 {
+                if self.loss.phase == Recovery::Open && !self.opts.sack_ok && self.loss.dupacks > 0
+                {
                     // RFC 3042: one new segment per duplicate ACK below DupThresh.
-                    cwnd = cwnd.saturating_add(self.dupacks.min(2) * mss);
+                    cwnd = cwnd.saturating_add(self.loss.dupacks.min(2) * mss);
                 }
                 cwnd.saturating_sub(self.pipe())
             }
@@ -201,26 +257,26 @@ impl Tcb {
     /// RFC 6675 §4 SetPipe(): the sender's estimate of bytes in the network.
     pub(super) fn pipe(&self) -> u32 {
         let mss = self.mss();
-        match self.recovery {
+        match self.loss.phase {
             Recovery::Open => self.in_flight().saturating_sub(self.sb.sacked_bytes()),
             // RACK's marks (RFC 8985, `rack.rs`).
             Recovery::Fast if self.rack_loss_detection() => self.rack.pipe(),
             Recovery::Fast => self.sb.pipe(
-                self.snd_una,
-                self.snd_nxt,
-                self.high_rxt,
+                self.snd.una,
+                self.snd.nxt,
+                self.loss.high_rxt,
                 mss,
                 self.settings.dupthresh,
             ),
             Recovery::Loss => {
                 // After an RTO everything below the recovery point is presumed lost: only
                 // what was retransmitted since counts, plus what was sent after it.
-                let rtx_end = self.high_rxt.min(self.recover).max(self.snd_una);
+                let rtx_end = self.loss.high_rxt.min(self.loss.recover).max(self.snd.una);
                 let retransmitted =
-                    rtx_end.since(self.snd_una) - self.sacked_between(self.snd_una, rtx_end);
-                let above = if self.snd_nxt > self.recover {
-                    self.snd_nxt.since(self.recover)
-                        - self.sacked_between(self.recover, self.snd_nxt)
+                    rtx_end.since(self.snd.una) - self.sacked_between(self.snd.una, rtx_end);
+                let above = if self.snd.nxt > self.loss.recover {
+                    self.snd.nxt.since(self.loss.recover)
+                        - self.sacked_between(self.loss.recover, self.snd.nxt)
                 } else {
                     0
                 };
@@ -245,22 +301,22 @@ impl Tcb {
     /// NextSeg() rule 3 (unSACKed data that is not yet deemed lost), used only when no new
     /// data could be sent.
     fn plan_retransmission(&mut self, rule3: bool) -> Option<Plan> {
-        if self.snd_una == self.snd_nxt {
-            self.rtx_head = false;
+        if self.snd.una == self.snd.nxt {
+            self.loss.rtx_head = false;
             return None;
         }
         let mss = self.seg_max();
-        let (seq, span) = if self.rtx_head && !rule3 {
+        let (seq, span) = if self.loss.rtx_head && !rule3 {
             // Fast retransmit, NewReno partial ACK, RTO, or path MTU: the first
             // unacknowledged segment, regardless of the congestion window.
-            self.rtx_head = false;
-            let s = self.snd_una;
-            (s, self.snd_nxt.since(s).min(mss))
+            self.loss.rtx_head = false;
+            let s = self.snd.una;
+            (s, self.snd.nxt.since(s).min(mss))
         } else {
             let allowance = self.cwnd_allowance();
-            let cand = match self.recovery {
+            let cand = match self.loss.phase {
                 Recovery::Open => None,
-                Recovery::Fast if !self.sack_ok => None,
+                Recovery::Fast if !self.opts.sack_ok => None,
                 // RACK (RFC 8985 §6.2) marks what is lost; no RFC 6675 rule 3.
                 Recovery::Fast if self.rack_loss_detection() => {
                     if rule3 {
@@ -271,10 +327,14 @@ impl Tcb {
                 }
                 Recovery::Fast => {
                     if rule3 {
-                        self.sb.next_unsacked(self.snd_una, self.high_rxt, mss)
+                        self.sb.next_unsacked(self.snd.una, self.loss.high_rxt, mss)
                     } else {
-                        self.sb
-                            .next_lost(self.snd_una, self.high_rxt, mss, self.settings.dupthresh)
+                        self.sb.next_lost(
+                            self.snd.una,
+                            self.loss.high_rxt,
+                            mss,
+                            self.settings.dupthresh,
+                        )
                     }
                 }
                 Recovery::Loss if rule3 => None,
@@ -283,11 +343,15 @@ impl Tcb {
                     .then(|| self.rack.next_lost(mss))
                     .flatten()
                     .or_else(|| {
-                        self.next_unsacked_below(self.high_rxt.max(self.snd_una), self.recover, mss)
+                        self.next_unsacked_below(
+                            self.loss.high_rxt.max(self.snd.una),
+                            self.loss.recover,
+                            mss,
+                        )
                     }),
             }?;
             if allowance < cand.1.min(mss) {
-                self.cwnd_blocked = true;
+                self.tx.cwnd_blocked = true;
                 return None;
             }
             cand
@@ -298,7 +362,7 @@ impl Tcb {
         // choose the segment size. RFC 6675 §4 NextSeg() sends "up to SMSS" from the
         // hole; re-sending SACKed octets is harmless (SACK is advisory, RFC 2018 §8).
         let span = if span > 0 {
-            span.max(self.settings.mss_min.min(mss).min(self.snd_nxt.since(seq)))
+            span.max(self.settings.mss_min.min(mss).min(self.snd.nxt.since(seq)))
         } else {
             span
         };
@@ -316,11 +380,11 @@ impl Tcb {
         if data_len == 0 && !fin {
             return None;
         }
-        self.high_rxt = self.high_rxt.max(seq + data_len + u32::from(fin));
+        self.loss.high_rxt = self.loss.high_rxt.max(seq + data_len + u32::from(fin));
         // Karn: a retransmitted range cannot be timed.
-        if let Some((tend, _)) = self.rtt_timed {
+        if let Some((tend, _)) = self.rtt.timed {
             if tend > seq {
-                self.rtt_timed = None;
+                self.rtt.timed = None;
             }
         }
         self.stats.retrans_segs += 1;
@@ -357,25 +421,25 @@ impl Tcb {
     fn plan_new_data(&mut self, now: Instant) -> Option<Plan> {
         self.info_state.rwnd_blocked = false;
         let data_end = self.data_end();
-        let unsent = data_end.since(self.snd_nxt);
-        let fin_pending = self.fin_queued && !self.fin_sent();
+        let unsent = data_end.since(self.snd.nxt);
+        let fin_pending = self.snd.fin_queued && !self.fin_sent();
         if unsent == 0 && !fin_pending {
             return None;
         }
         let mss = self.seg_max();
         // After an RTO, retransmissions come first (RFC 6675 §5.1): new data waits while
         // anything unSACKed below the recovery point is still to be resent.
-        if self.recovery == Recovery::Loss
+        if self.loss.phase == Recovery::Loss
             && self
-                .next_unsacked_below(self.high_rxt.max(self.snd_una), self.recover, mss)
+                .next_unsacked_below(self.loss.high_rxt.max(self.snd.una), self.loss.recover, mss)
                 .is_some()
         {
             return None;
         }
-        let wnd_right = self.snd_una + self.snd_wnd;
-        let wnd_avail = wnd_right.since(self.snd_nxt);
+        let wnd_right = self.snd.una + self.snd.wnd;
+        let wnd_avail = wnd_right.since(self.snd.nxt);
         let cwnd_avail = self.cwnd_allowance();
-        let nothing_in_flight = self.snd_una == self.snd_nxt;
+        let nothing_in_flight = self.snd.una == self.snd.nxt;
         if unsent == 0 && wnd_avail == 0 {
             // A bare FIN needs one octet of window, like data (as Linux): with the window
             // closed it waits, and the persist timer probes (RFC 9293 §3.8.6.1) instead of
@@ -386,19 +450,19 @@ impl Tcb {
             self.info_state.rwnd_blocked = true;
             return None;
         }
-        let force = self.probe_pending && self.snd_wnd > 0;
+        let force = self.retry.probe_pending && self.snd.wnd > 0;
         let len = unsent.min(mss).min(wnd_avail).min(cwnd_avail);
 
         if len < unsent.min(mss) {
             if cwnd_avail < wnd_avail {
                 // Congestion-limited: wait for ACKs rather than send a runt.
-                self.cwnd_blocked = true;
+                self.tx.cwnd_blocked = true;
                 return None;
             }
             // Limited by the peer's window: sender SWS avoidance (RFC 9293 §3.8.6.2.1)
             // sends only a full segment or at least half the largest window offered;
             // the persist timer overrides it (and probes a zero window).
-            let sws_ok = len > 0 && len >= self.max_snd_wnd / 2;
+            let sws_ok = len > 0 && len >= self.snd.max_wnd / 2;
             if !sws_ok && !force {
                 if nothing_in_flight && !self.timers.is_armed(Timer::Persist) {
                     self.arm_persist(now);
@@ -407,21 +471,21 @@ impl Tcb {
                 return None;
             }
             if force {
-                self.probe_pending = false;
+                self.retry.probe_pending = false;
                 if len == 0 {
                     return None;
                 }
             }
         } else if len < mss && len == unsent && !fin_pending {
             // Everything buffered fits in one small segment: Nagle and cork.
-            let corked = (self.cork || self.more)
+            let corked = (self.sockopt.cork || self.tx.more)
                 && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
-                && !self.push_once;
+                && !self.tx.push_once;
             if corked {
                 return None;
             }
             let nagle_limit = mss.min(self.settings.naglim);
-            if !self.nodelay && !nothing_in_flight && len < nagle_limit && !force {
+            if !self.sockopt.nodelay && !nothing_in_flight && len < nagle_limit && !force {
                 return None;
             }
         }
@@ -430,17 +494,17 @@ impl Tcb {
             return None;
         }
         let (mut len, mut piece) = (len, 0);
-        if len == mss && !force && self.lso_max >= 2 * mss {
+        if len == mss && !force && self.tx.lso_max >= 2 * mss {
             if let Some(l) = self.plan_large(now, unsent, wnd_avail.min(cwnd_avail), mss) {
                 (len, piece) = (l, mss);
                 fin = fin_pending && len == unsent;
             }
         }
-        if let (Some(q), true) = (self.tx_quota, len > 0) {
+        if let (Some(q), true) = (self.tx.quota, len > 0) {
             // TCP Small Queues: the owner's queue holds enough of this connection's data.
             if q == 0 {
                 self.stats.tsq_throttled += 1;
-                self.tx_quota_blocked = true;
+                self.tx.quota_blocked = true;
                 return None;
             }
             let cap = q.max(mss);
@@ -452,21 +516,21 @@ impl Tcb {
                     (len, piece) = (mss, 0);
                 }
             }
-            self.tx_quota = Some(q.saturating_sub(len));
+            self.tx.quota = Some(q.saturating_sub(len));
         }
-        if (self.cork || self.more) && len == unsent {
+        if (self.sockopt.cork || self.tx.more) && len == unsent {
             if self.timers.is_expired(Timer::Cork, now) {
                 // Released by the cork timer: a push (see `handle_timeout`).
-                self.nopush_end = None;
+                self.tx.nopush_end = None;
             }
             self.timers.stop(Timer::Cork);
         }
         if len == unsent {
-            self.push_once = false;
+            self.tx.push_once = false;
         }
-        self.probe_pending = self.probe_pending && !force;
+        self.retry.probe_pending = self.retry.probe_pending && !force;
         Some(Plan {
-            seq: self.snd_nxt,
+            seq: self.snd.nxt,
             len,
             fin,
             kind: Kind::Data,
@@ -476,9 +540,9 @@ impl Tcb {
 
     /// The payload of a large segment (LSO) starting at SND.NXT whose first piece, a full
     /// `mss`, may go now: k >= 2 pieces of `mss` bytes within the unsent data, `avail`
-    /// (the peer's window and the congestion allowance), `lso_max` and a size goal of
+    /// (the peer's window and the congestion allowance), `tx.lso_max` and a size goal of
     /// about 1 ms at the connection's delivery rate (cwnd/SRTT; before an RTT sample,
-    /// `lso_max`), as Linux sizes its TSO segments. A sub-MSS tail joins only when it
+    /// `tx.lso_max`), as Linux sizes its TSO segments. A sub-MSS tail joins only when it
     /// ends the buffered data and would leave now anyway as a segment of its own: with
     /// the FIN, or neither corked nor held by Nagle (with the pieces before it in flight).
     /// `None`: one ordinary segment.
@@ -486,19 +550,19 @@ impl Tcb {
         if mss > u32::from(u16::MAX) {
             return None;
         }
-        if let Some(up) = self.snd_up {
+        if let Some(up) = self.snd.up {
             // Urgent data ahead: ordinary segments keep the pointer exact per segment.
-            if up > self.snd_nxt {
+            if up > self.snd.nxt {
                 return None;
             }
         }
-        let hard = unsent.min(avail).min(self.lso_max);
+        let hard = unsent.min(avail).min(self.tx.lso_max);
         let goal = match self.rtt.srtt() {
             Some(srtt) if !srtt.is_zero() => {
                 let per_ms = u128::from(self.cc.cwnd()) * 1_000_000 / srtt.as_nanos().max(1);
                 u32::try_from(per_ms).unwrap_or(u32::MAX)
             }
-            _ => self.lso_max,
+            _ => self.tx.lso_max,
         }
         .max(2 * mss);
         let k = hard.min(goal) / mss;
@@ -508,11 +572,11 @@ impl Tcb {
         let full = k * mss;
         let tail = unsent - full;
         if tail > 0 && tail < mss && unsent <= hard {
-            let fin_pending = self.fin_queued && !self.fin_sent();
-            let corked = (self.cork || self.more)
+            let fin_pending = self.snd.fin_queued && !self.fin_sent();
+            let corked = (self.sockopt.cork || self.tx.more)
                 && self.timers.get(Timer::Cork).is_some_and(|d| now < d)
-                && !self.push_once;
-            let nagle = !self.nodelay && tail < mss.min(self.settings.naglim);
+                && !self.tx.push_once;
+            let nagle = !self.sockopt.nodelay && tail < mss.min(self.settings.naglim);
             if fin_pending || (!corked && !nagle) {
                 return Some(unsent);
             }
@@ -523,7 +587,7 @@ impl Tcb {
     /// Arms the persist timer (RFC 9293 §3.8.6.1) with exponential backoff.
     pub(super) fn arm_persist(&mut self, now: Instant) {
         let base = self.rtt.base_rto();
-        let factor = 1u32 << self.persist_backoff.min(12);
+        let factor = 1u32 << self.retry.persist_backoff.min(12);
         let t = base.saturating_mul(factor).min(self.settings.rto_max);
         self.timers.set(Timer::Persist, now + t);
     }
@@ -531,41 +595,41 @@ impl Tcb {
     /// The window to advertise now, as the 16-bit field (RFC 7323 §2.3 scaling;
     /// receiver SWS avoidance, RFC 9293 §3.8.6.2.2; the right edge never moves left).
     pub(super) fn select_window(&mut self, syn: bool) -> u16 {
-        let free = self.rcv_cap.saturating_sub(self.rcv_buf.len() as u32);
+        let free = self.rcv.cap.saturating_sub(self.rcv.buf.len() as u32);
         if syn {
             // The window of a SYN is never scaled (RFC 7323 §2.2), so a retransmitted
             // SYN,ACK may show less than was advertised since; the right edge we accept
             // data up to still never moves left.
             let w = free.min(MAX_WINDOW);
-            let edge = self.rcv_nxt + w;
-            if self.rcv_adv < edge || self.rcv_adv.since(self.rcv_nxt) == 0 {
-                self.rcv_adv = edge;
+            let edge = self.rcv.nxt + w;
+            if self.rcv.adv < edge || self.rcv.adv.since(self.rcv.nxt) == 0 {
+                self.rcv.adv = edge;
             }
             return w as u16;
         }
-        self.window_at(self.rcv_nxt, free)
+        self.window_at(self.rcv.nxt, free)
     }
 
     /// The window field for an ACK of `ack` when `free` bytes of the receive buffer are
     /// free (RFC 9293 §3.8.6.2.2 receiver SWS avoidance; RFC 7323 §2.3 scaling), moving
     /// the advertised right edge (never left).
     fn window_at(&mut self, ack: SeqNum, free: u32) -> u16 {
-        let cur = self.rcv_adv.max(ack).since(ack);
+        let cur = self.rcv.adv.max(ack).since(ack);
         let mut wnd = free;
-        let step = (self.rcv_cap / 2).min(self.rcv_mss.max(1));
+        let step = (self.rcv.cap / 2).min(self.opts.rcv_mss.max(1));
         if wnd <= cur {
             wnd = cur;
         } else if wnd - cur < step {
             // Not worth moving the right edge yet.
             wnd = cur;
         }
-        let scale = u32::from(self.rcv_wscale);
+        let scale = u32::from(self.opts.rcv_wscale);
         let max = MAX_WINDOW << scale;
         wnd = wnd.min(max);
         // Round up so the right edge never moves left because of the scaling.
         let field = (wnd.saturating_add((1u32 << scale) - 1) >> scale).min(MAX_WINDOW);
         let adv = field << scale;
-        self.rcv_adv = ack + adv;
+        self.rcv.adv = ack + adv;
         if field == 0 {
             self.stats.zero_window_adv += 1;
         }
@@ -579,7 +643,7 @@ impl Tcb {
     /// segment arrived before this ACK left.
     fn sack_blocks(&mut self, out: &mut [SackBlock; 4]) -> usize {
         let mut n = 0;
-        let dsack = self.dsack.take();
+        let dsack = self.ack.dsack.take();
         if let Some((l, r)) = dsack {
             out[0] = SackBlock {
                 left: l.raw(),
@@ -588,11 +652,11 @@ impl Tcb {
             n = 1;
             self.stats.dsacks_sent += 1;
         }
-        if self.ooo.is_empty() {
+        if self.rcv.ooo.is_empty() {
             return n;
         }
-        let base_seq = self.rcv_nxt;
-        let base_off = self.rcv_off;
+        let base_seq = self.rcv.nxt;
+        let base_off = self.rcv.off;
         let to_block = |(s, e): (u64, u64)| SackBlock {
             left: (base_seq + (s - base_off) as u32).raw(),
             right: (base_seq + (e - base_off) as u32).raw(),
@@ -602,18 +666,18 @@ impl Tcb {
         let mut u = 0;
         if let Some((l, _)) = dsack.filter(|&(l, _)| l > base_seq) {
             let off = base_off + u64::from(l.since(base_seq));
-            if let Some(r) = self.ooo.range_containing(off) {
+            if let Some(r) = self.rcv.ooo.range_containing(off) {
                 out[n] = to_block(r);
                 n += 1;
                 used[u] = Some(r);
                 u += 1;
             }
         }
-        for off in self.ooo.recent().into_iter().flatten() {
+        for off in self.rcv.ooo.recent().into_iter().flatten() {
             if n == out.len() {
                 return n;
             }
-            if let Some(r) = self.ooo.range_containing(off) {
+            if let Some(r) = self.rcv.ooo.range_containing(off) {
                 if r.0 > base_off && !used[..u].contains(&Some(r)) {
                     out[n] = to_block(r);
                     n += 1;
@@ -622,7 +686,7 @@ impl Tcb {
                 }
             }
         }
-        for r in self.ooo.ranges() {
+        for r in self.rcv.ooo.ranges() {
             if n == out.len() {
                 break;
             }
@@ -639,26 +703,26 @@ impl Tcb {
     /// the D-SACK, which the last ACK carries).
     /// Leaves the delayed-ACK state alone: the segment's own ACK decision still stands.
     fn build_owed_ack(&mut self, now: Instant, point: SeqNum) -> Outgoing<'_> {
-        let point = if point > self.rcv_nxt {
-            self.rcv_nxt
+        let point = if point > self.rcv.nxt {
+            self.rcv.nxt
         } else {
             point
         };
-        let mut repr = self.base_repr(self.snd_nxt, TcpFlags::ACK);
+        let mut repr = self.base_repr(self.snd.nxt, TcpFlags::ACK);
         repr.ack = point.raw();
         // The window as it would have been then: the bytes after `point` were not yet
         // in the receive buffer.
-        let buffered = (self.rcv_buf.len() as u32).saturating_sub(self.rcv_nxt.since(point));
-        let free = self.rcv_cap.saturating_sub(buffered);
+        let buffered = (self.rcv.buf.len() as u32).saturating_sub(self.rcv.nxt.since(point));
+        let free = self.rcv.cap.saturating_sub(buffered);
         repr.window = self.window_at(point, free);
-        if self.ts_ok {
-            repr.options.timestamps = Some((self.ts_now(now), self.ts_recent));
+        if self.opts.ts_ok {
+            repr.options.timestamps = Some((self.ts_now(now), self.opts.ts_recent));
         }
-        if self.sack_ok && !self.ooo.is_empty() {
-            let dsack = self.dsack.take();
+        if self.opts.sack_ok && !self.rcv.ooo.is_empty() {
+            let dsack = self.ack.dsack.take();
             let mut blocks = [SackBlock::default(); 4];
             let n = self.sack_blocks(&mut blocks);
-            self.dsack = dsack;
+            self.ack.dsack = dsack;
             if n > 0 {
                 repr.options.set_sack_blocks(&blocks[..n]);
             }
@@ -696,39 +760,42 @@ impl Tcb {
         if passive_side {
             flags |= TcpFlags::ACK;
         }
-        let mut repr = self.base_repr(self.iss, flags);
+        let mut repr = self.base_repr(self.snd.iss, flags);
         let o = &mut repr.options;
-        o.mss = Some(self.adv_mss.min(65_535) as u16);
+        o.mss = Some(self.opts.adv_mss.min(65_535) as u16);
         if passive_side {
-            o.window_scale = self.ws_ok.then_some(self.rcv_wscale);
-            o.sack_permitted = self.sack_ok;
-            o.timestamps = self.ts_ok.then(|| (self.ts_now(now), self.ts_recent));
-            repr.ack = self.rcv_nxt.raw();
+            o.window_scale = self.opts.ws_ok.then_some(self.opts.rcv_wscale);
+            o.sack_permitted = self.opts.sack_ok;
+            o.timestamps = self
+                .opts
+                .ts_ok
+                .then(|| (self.ts_now(now), self.opts.ts_recent));
+            repr.ack = self.rcv.nxt.raw();
         } else {
-            o.window_scale = (self.settings.wscale >= 2).then_some(self.rcv_wscale);
+            o.window_scale = (self.settings.wscale >= 2).then_some(self.opts.rcv_wscale);
             o.sack_permitted = self.settings.sack >= 2;
             o.timestamps = (self.settings.tstamp >= 2).then(|| (self.ts_now(now), 0));
         }
         repr.window = self.select_window(true);
         // Sent before (SND.NXT is past ISS): a retransmission, which also ends RTT timing
         // by sequence number (RFC 6298 §3, Karn: an ACK may answer either copy).
-        let again = self.snd_nxt != self.iss;
+        let again = self.snd.nxt != self.snd.iss;
         if again {
             self.stats.retrans_segs += 1;
         }
-        self.snd_nxt = self.iss + 1;
-        self.syn_due = false;
-        if self.rtx_series_start.is_none() {
-            self.rtx_series_start = Some(now);
+        self.snd.nxt = self.snd.iss + 1;
+        self.retry.syn_due = false;
+        if self.retry.series_start.is_none() {
+            self.retry.series_start = Some(now);
         }
-        self.rtt_timed = if self.syn_retransmitted || again {
+        self.rtt.timed = if self.retry.syn_retransmitted || again {
             None
         } else {
-            Some((self.iss + 1, now))
+            Some((self.snd.iss + 1, now))
         };
         self.timers.set(Timer::Retransmit, now + self.rtt.rto());
-        self.ack_now = false;
-        self.last_ack_sent = self.rcv_nxt;
+        self.ack.due = false;
+        self.ack.last_sent = self.rcv.nxt;
         self.stats.segs_out += 1;
         Outgoing {
             repr,
@@ -758,7 +825,7 @@ impl Tcb {
         if fin {
             flags |= TcpFlags::FIN;
         }
-        if len > 0 && seq + len == self.data_end() && self.nopush_end != Some(seq + len) {
+        if len > 0 && seq + len == self.data_end() && self.tx.nopush_end != Some(seq + len) {
             // RFC 1122 §4.2.2.2: PSH on the last buffered segment (not on the end of a
             // write that said MSG_MORE: more is coming).
             flags |= TcpFlags::PSH;
@@ -769,23 +836,23 @@ impl Tcb {
             // GSO chunk it transmits; RFC 9293 §3.9.1 leaves the choice to the sender.
             // A large segment carries PSH if any of its pieces would have (GSO keeps it
             // on the last piece only).
-            if self.push_burst.0 != now {
-                self.push_burst = (now, 0);
+            if self.tx.push_burst.0 != now {
+                self.tx.push_burst = (now, 0);
             }
-            let before = self.push_burst.1;
-            self.push_burst.1 = before.saturating_add(pieces);
+            let before = self.tx.push_burst.1;
+            self.tx.push_burst.1 = before.saturating_add(pieces);
             let every = self.settings.push_segs;
-            if every > 0 && self.push_burst.1 / every > before / every {
+            if every > 0 && self.tx.push_burst.1 / every > before / every {
                 flags |= TcpFlags::PSH;
             }
         }
         let mut repr = self.base_repr(seq, flags);
-        repr.ack = self.rcv_nxt.raw();
+        repr.ack = self.rcv.nxt.raw();
         repr.window = self.select_window(false);
-        if self.ts_ok {
-            repr.options.timestamps = Some((self.ts_now(now), self.ts_recent));
+        if self.opts.ts_ok {
+            repr.options.timestamps = Some((self.ts_now(now), self.opts.ts_recent));
         }
-        if self.sack_ok {
+        if self.opts.sack_ok {
             let mut blocks = [SackBlock::default(); 4];
             let n = self.sack_blocks(&mut blocks);
             if n > 0 {
@@ -793,17 +860,17 @@ impl Tcb {
             }
         }
         // Urgent pointer (RFC 9293 §3.8.5): offset of the octet after the urgent data.
-        if let Some(up) = self.snd_up {
+        if let Some(up) = self.snd.up {
             if up > seq {
                 repr.flags |= TcpFlags::URG;
                 repr.urgent = up.since(seq).min(65_535) as u16;
             }
         }
         // Every segment acknowledges everything received.
-        self.last_ack_sent = self.rcv_nxt;
-        self.ack_now = false;
+        self.ack.last_sent = self.rcv.nxt;
+        self.ack.due = false;
         self.timers.stop(Timer::DelayedAck);
-        self.rcv_unacked_bytes = 0;
+        self.ack.unacked_bytes = 0;
         self.stats.segs_out += u64::from(pieces);
         if matches!(kind, Kind::Data | Kind::Retransmit) {
             self.prr_on_send(seq, seq + len + u32::from(fin));
@@ -815,25 +882,25 @@ impl Tcb {
         match kind {
             Kind::Data => {
                 let end = seq + len + u32::from(fin);
-                if self.rtt_timed.is_none() && end > seq {
+                if self.rtt.timed.is_none() && end > seq {
                     // The first piece is timed, as it would be alone.
                     let first_end = if pieces > 1 { seq + piece } else { end };
-                    self.rtt_timed = Some((first_end, now));
+                    self.rtt.timed = Some((first_end, now));
                 }
-                if self.snd_una == self.snd_nxt {
+                if self.snd.una == self.snd.nxt {
                     // The oldest unacknowledged data is sent now (R2, user timeout).
-                    self.rtx_series_start = Some(now);
+                    self.retry.series_start = Some(now);
                 }
-                self.snd_nxt = end;
+                self.snd.nxt = end;
                 // The flight peak of this round (a new round once the last peak's data
                 // is acknowledged).
                 let flight = self.in_flight();
-                if flight > self.flight_peak.0 || self.snd_una >= self.flight_peak.1 {
-                    self.flight_peak = (flight, end);
+                if flight > self.tx.flight_peak.0 || self.snd.una >= self.tx.flight_peak.1 {
+                    self.tx.flight_peak = (flight, end);
                 }
                 if len > 0 {
                     self.stats.data_segs_out += u64::from(pieces);
-                    self.last_data_sent = now;
+                    self.tx.last_data_sent = now;
                 }
                 if !self.timers.is_armed(Timer::Retransmit) {
                     self.timers.set(Timer::Retransmit, self.rtx_due(now));
@@ -849,16 +916,16 @@ impl Tcb {
             }
             Kind::Retransmit => {
                 self.rack_on_send(now, seq, seq + len + u32::from(fin), true);
-                self.last_data_sent = now;
-                if self.rtx_series_start.is_none() {
-                    self.rtx_series_start = Some(now);
+                self.tx.last_data_sent = now;
+                if self.retry.series_start.is_none() {
+                    self.retry.series_start = Some(now);
                 }
                 if !self.timers.is_armed(Timer::Retransmit) {
                     self.timers.set(Timer::Retransmit, self.rtx_due(now));
                 }
             }
             Kind::Probe => {
-                if self.keepalive_sent > 0 && self.snd_wnd > 0 {
+                if self.retry.keepalive_sent > 0 && self.snd.wnd > 0 {
                     self.stats.keepalive_probes += 1;
                 } else {
                     self.stats.window_probes += 1;
@@ -866,12 +933,12 @@ impl Tcb {
             }
             Kind::Ack => {}
         }
-        let start = seq.since(self.snd_buf_seq) as usize;
-        let payload = if len == 0 || seq < self.snd_buf_seq {
+        let start = seq.since(self.snd.buf_seq) as usize;
+        let payload = if len == 0 || seq < self.snd.buf_seq {
             (&[][..], &[][..])
         } else {
-            let (a, b) = self.snd_buf.as_slices();
-            let end = (start + len as usize).min(self.snd_buf.len());
+            let (a, b) = self.snd.buf.as_slices();
+            let end = (start + len as usize).min(self.snd.buf.len());
             if end <= a.len() {
                 (&a[start..end], &[][..])
             } else if start >= a.len() {
@@ -935,7 +1002,7 @@ mod tests {
         let mss = a.mss();
         let t = T0 + Duration::from_millis(20);
         assert_eq!(a.send(t, &vec![7; 3 * mss as usize]), Ok(3 * mss as usize));
-        let nxt = a.snd_nxt;
+        let nxt = a.snd.nxt;
         let plan = a.plan_new_data(t).expect("new data");
         assert_eq!(plan, Plan::segment(Kind::Data, nxt, mss, false));
         let out = a.build(t, plan);
@@ -944,7 +1011,7 @@ mod tests {
             (nxt, mss as usize)
         );
         assert_eq!(out.gso_size, 0);
-        assert_eq!(a.snd_nxt, nxt + mss);
+        assert_eq!(a.snd.nxt, nxt + mss);
 
         // Large segments: whole MSS pieces.
         a.set_lso_max(64 * 1024);
@@ -957,10 +1024,10 @@ mod tests {
         let out = a.build(t, plan);
         assert_eq!(out.payload_len(), 2 * mss as usize);
         assert_eq!(u32::from(out.gso_size), mss);
-        assert_eq!(a.snd_nxt, nxt + 3 * mss);
+        assert_eq!(a.snd.nxt, nxt + 3 * mss);
 
         // The first unacknowledged segment again (as after an RTO).
-        a.rtx_head = true;
+        a.loss.rtx_head = true;
         let plan = a.plan_retransmission(false).expect("retransmission");
         assert_eq!(plan, Plan::segment(Kind::Retransmit, nxt, mss, false));
 

@@ -34,8 +34,9 @@
 //! per-ACK RecoverFS candidate.
 
 use super::cc::CongestionControl;
+use super::recovery::Recovery;
 use super::seq::SeqNum;
-use super::tcb::{Recovery, Tcb};
+use super::tcb::Tcb;
 
 /// PRR state of one connection: the current fast recovery episode's variables,
 /// allocated when it starts (`None`: no episode since the connection was last idle).
@@ -126,7 +127,7 @@ pub fn sndcnt(
 impl Tcb {
     /// PRR governs output: SACK fast recovery.
     pub(super) fn prr_active(&self) -> bool {
-        self.recovery == Recovery::Fast && self.sack_ok
+        self.loss.phase == Recovery::Fast && self.opts.sack_ok
     }
 
     /// Before an acceptable ACK is processed: remember RecoverFS should it start

@@ -50,9 +50,10 @@
 
 use super::cc::{Cc, CongestionControl};
 use super::output::{Kind, Plan};
+use super::recovery::Recovery;
 use super::sack::Scoreboard;
 use super::seq::SeqNum;
-use super::tcb::{Recovery, Tcb};
+use super::tcb::Tcb;
 use super::timers::Timer;
 use crate::time::Instant;
 use core::time::Duration;
@@ -160,7 +161,7 @@ impl Flight {
     }
 
     /// Whether dropping this state changes nothing once the connection is idle with
-    /// SND.UNA = SND.NXT = `snd_una` (see [`Rack::release_idle`]).
+    /// SND.UNA = SND.NXT = `snd.una` (see [`Rack::release_idle`]).
     fn idle(&self, snd_una: SeqNum) -> bool {
         self.segs.is_empty()
             && self.b_total == 0
@@ -480,12 +481,12 @@ impl Rack {
         };
     }
 
-    /// The connection is idle: SND.UNA = SND.NXT = `snd_una` and no recovery. Drops the
+    /// The connection is idle: SND.UNA = SND.NXT = `snd.una` and no recovery. Drops the
     /// per-segment state if it holds nothing that matters any more; returns whether
     /// none is held now. Nothing changes in behaviour: no record is left (all were
     /// acknowledged); no TLP episode is open (§7.4); the DSACK round is over (the next
-    /// ACK's SND.UNA is at least `snd_una`, which ends it before any DSACK is
-    /// considered, §6.2 step 4). RACK.fack (at most `snd_una` now) and RACK.xmit_ts /
+    /// ACK's SND.UNA is at least `snd.una`, which ends it before any DSACK is
+    /// considered, §6.2 step 4). RACK.fack (at most `snd.una` now) and RACK.xmit_ts /
     /// RACK.end_seq may go: every segment sent from now on ends above the former and
     /// is sent after the latter, so until a new segment is delivered no segment can be
     /// deemed lost either way (§6.2 step 5 considers only segments sent before
@@ -945,7 +946,7 @@ impl Tcb {
     /// RACK runs on this connection: enabled and SACK negotiated (RFC 8985 §4 needs
     /// SACK to learn what was delivered).
     pub(super) fn rack_active(&self) -> bool {
-        self.settings.rack && self.sack_ok
+        self.settings.rack && self.opts.sack_ok
     }
 
     /// RACK decides what is lost (replacing RFC 6675's DupThresh rules): it runs and its
@@ -957,11 +958,11 @@ impl Tcb {
     }
 
     fn tlp_active(&self) -> bool {
-        self.settings.tlp && self.sack_ok
+        self.settings.tlp && self.opts.sack_ok
     }
 
     pub(super) fn rack_tracking(&self) -> bool {
-        self.sack_ok && (self.settings.rack || self.settings.tlp)
+        self.opts.sack_ok && (self.settings.rack || self.settings.tlp)
     }
 
     /// Output sent `[seq, end)` (sequence space, FIN included).
@@ -1002,7 +1003,7 @@ impl Tcb {
         let min_rtt = self.rtt.min_rtt();
         let delivered = self.rack.update_delivered(
             now,
-            self.snd_una,
+            self.snd.una,
             &self.sb,
             min_rtt,
             mss,
@@ -1012,9 +1013,9 @@ impl Tcb {
             .info_state
             .delivered
             .saturating_add(u64::from(delivered));
-        self.rack.end_dsack_round(self.snd_una);
+        self.rack.end_dsack_round(self.snd.una);
         if let Some(d) = dsack {
-            if let Some(in_episode) = self.rack.on_dsack(d, self.snd_nxt) {
+            if let Some(in_episode) = self.rack.on_dsack(d, self.snd.nxt) {
                 self.stats.spurious_rtx += 1;
                 if let Some(u) = self.rack.undo.as_deref_mut() {
                     if in_episode && d.0 >= u.floor {
@@ -1024,7 +1025,7 @@ impl Tcb {
             }
         }
         self.tlp_on_ack(now, ack, dsack);
-        let in_rec = self.recovery != Recovery::Open;
+        let in_rec = self.loss.phase != Recovery::Open;
         if self.rack.was_in_recovery && !in_rec {
             self.rack.on_recovery_end();
             if self.rack.undo.is_some() {
@@ -1049,7 +1050,7 @@ impl Tcb {
         // congestion response once the episode is over (RFC 3708 §3; the response of
         // RFC 4015 §3 as Linux does it: cwnd and ssthresh back to at least their prior
         // values, the rest of the controller's state kept).
-        if self.recovery == Recovery::Open
+        if self.loss.phase == Recovery::Open
             && self.rack.undo.as_ref().is_some_and(|u| u.retrans == 0)
         {
             if let Some(u) = self.rack.undo.take() {
@@ -1069,7 +1070,7 @@ impl Tcb {
     /// RFC 8985 §6.2 step 5 and §6.3: detect losses, arm the reorder timer, and enter
     /// fast recovery when something is lost.
     fn rack_detect(&mut self, now: Instant) {
-        let in_rec = self.recovery != Recovery::Open;
+        let in_rec = self.loss.phase != Recovery::Open;
         let reo = self.rack.reo_wnd(
             in_rec,
             self.settings.dupthresh,
@@ -1082,11 +1083,11 @@ impl Tcb {
         if n > 0 {
             self.stats.rack_losses += u64::from(n);
         }
-        if self.rack.lost_segments() > 0 && self.recovery == Recovery::Open {
+        if self.rack.lost_segments() > 0 && self.loss.phase == Recovery::Open {
             // RFC 8985 §6.2 / RFC 6675 §5: start fast recovery; no probe in recovery.
             let flight = self.in_flight();
             let snapshot = self.cc.clone();
-            self.rack.start_undo_episode(snapshot, self.snd_una);
+            self.rack.start_undo_episode(snapshot, self.snd.una);
             self.enter_fast_recovery(now, flight);
             // Seen by the next ACK's recovery-end check even if entered on this one.
             self.rack.was_in_recovery = true;
@@ -1104,10 +1105,10 @@ impl Tcb {
         let data_state = self.state.may_have_outstanding();
         if !self.tlp_active()
             || !data_state
-            || self.recovery != Recovery::Open
+            || self.loss.phase != Recovery::Open
             || self.rack.sacked_segments() > 0
             || self.rack.tlp_end_seq().is_some()
-            || self.snd_una == self.snd_nxt
+            || self.snd.una == self.snd.nxt
         {
             return;
         }
@@ -1132,7 +1133,7 @@ impl Tcb {
 
     /// Data is outstanding on a synchronized connection: the RACK timers have work.
     fn rack_timers_live(&self) -> bool {
-        self.state.is_synchronized() && self.snd_una != self.snd_nxt
+        self.state.is_synchronized() && self.snd.una != self.snd.nxt
     }
 
     /// The reorder timer expired (run by `handle_timeout`).
@@ -1147,7 +1148,7 @@ impl Tcb {
     pub(super) fn rack_on_probe_timeout(&mut self, now: Instant) {
         if self.rack_timers_live()
             && self.tlp_active()
-            && self.recovery == Recovery::Open
+            && self.loss.phase == Recovery::Open
             && self.rack.tlp_end_seq().is_none()
         {
             self.rack.tlp_pending = true;
@@ -1164,31 +1165,31 @@ impl Tcb {
         if !core::mem::take(&mut self.rack.tlp_pending) {
             return None;
         }
-        if self.snd_una == self.snd_nxt || self.recovery != Recovery::Open {
+        if self.snd.una == self.snd.nxt || self.loss.phase != Recovery::Open {
             return None;
         }
         let mss = self.mss();
-        let data_end = self.snd_buf_seq + self.snd_buf.len() as u32;
-        let unsent = if data_end > self.snd_nxt {
-            data_end.since(self.snd_nxt)
+        let data_end = self.snd.buf_seq + self.snd.buf.len() as u32;
+        let unsent = if data_end > self.snd.nxt {
+            data_end.since(self.snd.nxt)
         } else {
             0
         };
-        let wnd_avail = (self.snd_una + self.snd_wnd).since(self.snd_nxt);
+        let wnd_avail = (self.snd.una + self.snd.wnd).since(self.snd.nxt);
         let fin_seq = data_end;
-        let fin_sent = self.fin_queued && self.snd_nxt > fin_seq;
-        let plan = if unsent > 0 && wnd_avail > 0 && self.snd_wnd > 0 {
+        let fin_sent = self.snd.fin_queued && self.snd.nxt > fin_seq;
+        let plan = if unsent > 0 && wnd_avail > 0 && self.snd.wnd > 0 {
             let len = unsent.min(mss).min(wnd_avail);
-            let fin = self.fin_queued && len == unsent;
-            let end_seq = self.snd_nxt + len + u32::from(fin);
+            let fin = self.snd.fin_queued && len == unsent;
+            let end_seq = self.snd.nxt + len + u32::from(fin);
             let f = self.rack.flight();
             f.tlp_is_retrans = false;
             f.tlp_end_seq = Some(end_seq);
-            Plan::segment(Kind::Data, self.snd_nxt, len, fin)
+            Plan::segment(Kind::Data, self.snd.nxt, len, fin)
         } else {
             let (seq, span) = self.rack.last_segment(mss).unwrap_or_else(|| {
-                let span = self.snd_nxt.since(self.snd_una).min(mss);
-                (self.snd_nxt - span, span)
+                let span = self.snd.nxt.since(self.snd.una).min(mss);
+                (self.snd.nxt - span, span)
             });
             let end = seq + span;
             let data_len = if seq < data_end {
@@ -1200,14 +1201,14 @@ impl Tcb {
             if data_len == 0 && !fin {
                 return None;
             }
-            if let Some((tend, _)) = self.rtt_timed {
+            if let Some((tend, _)) = self.rtt.timed {
                 if tend > seq {
-                    self.rtt_timed = None;
+                    self.rtt.timed = None;
                 }
             }
             self.stats.retrans_segs += 1;
             self.stats.retrans_bytes += u64::from(data_len);
-            let snd_nxt = self.snd_nxt;
+            let snd_nxt = self.snd.nxt;
             let f = self.rack.flight();
             f.tlp_is_retrans = true;
             f.tlp_end_seq = Some(snd_nxt);
@@ -1274,10 +1275,10 @@ impl Tcb {
     /// §6.1: the next recovery starts it afresh). Run after every acceptable ACK; each
     /// is allocated again on first use.
     pub(super) fn release_idle_state(&mut self) {
-        if self.snd_una != self.snd_nxt || self.recovery != Recovery::Open {
+        if self.snd.una != self.snd.nxt || self.loss.phase != Recovery::Open {
             return;
         }
-        self.rack.release_idle(self.snd_una);
+        self.rack.release_idle(self.snd.una);
         self.sb.release_if_empty();
         self.prr.release();
     }

@@ -8,6 +8,8 @@
 //! timer keeps firing; a fresh sample (taken only from segments that were not
 //! retransmitted, Karn's algorithm §3, or from timestamps, RFC 7323 §4) clears it.
 
+use super::seq::SeqNum;
+use crate::time::Instant;
 use core::time::Duration;
 
 /// Clock granularity G of RFC 6298 §2 (ember's timers have 1 ms resolution).
@@ -26,6 +28,12 @@ pub struct RttEstimator {
     /// Apply `rto_min` to the variance term rather than to the whole RTO.
     min_on_variance: bool,
     backoff: u32,
+    /// The segment being timed for an RTT sample (Karn, RFC 6298 §3): (end sequence,
+    /// send time).
+    pub(super) timed: Option<(SeqNum, Instant)>,
+    /// Our timestamp clock at the last retransmission timeout: echoes of older
+    /// timestamps are not RTT samples (they may measure the timeout itself).
+    pub(super) ts_floor: Option<u32>,
 }
 
 impl RttEstimator {
@@ -42,6 +50,8 @@ impl RttEstimator {
             rto_max: max,
             min_on_variance: false,
             backoff: 0,
+            timed: None,
+            ts_floor: None,
         }
     }
 

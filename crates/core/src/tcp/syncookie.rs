@@ -292,14 +292,14 @@ impl Tcb {
     /// the cookie was made, so SND.NXT = ISS + 1 and the retransmission timer runs; no
     /// RTT sample is timed. Feed it the ACK next.
     pub fn cookie_syn_ack_sent(&mut self, now: Instant) {
-        self.snd_nxt = self.iss + 1;
+        self.snd.nxt = self.snd.iss + 1;
         // The window the SYN,ACK offered (its right edge).
         self.select_window(true);
-        self.rtt_timed = None;
-        self.rtx_series_start = Some(now);
+        self.rtt.timed = None;
+        self.retry.series_start = Some(now);
         self.timers.set(Timer::Retransmit, now + self.rtt.rto());
-        self.ack_now = false;
-        self.last_ack_sent = self.rcv_nxt;
+        self.ack.due = false;
+        self.ack.last_sent = self.rcv.nxt;
     }
 }
 

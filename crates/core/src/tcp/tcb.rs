@@ -1,35 +1,38 @@
 //! The transmission control block: one connection's state and its application interface.
 //!
-//! This file holds the `Tcb` fields, its constructors (active and passive open), the
+//! This file holds the `Tcb`, its constructors (active and passive open), the
 //! application calls (send, recv, shutdown, close, abort, options) and accessors. Segment
 //! arrival is in `input.rs`, segment generation in `output.rs`, timers in `timers.rs`.
+//! The `Tcb`'s state is grouped by concern, each group declared in the file that owns
+//! it (see [`Tcb`]); the invariants of the send and receive sides are stated in
+//! `send.rs` and `receive.rs`.
 //!
 //! # Invariants
-//! * `snd_una <= snd_nxt`; `snd_buf[0]` is the octet with sequence `snd_buf_seq`, and
-//!   `snd_buf_seq == snd_una` once the SYN is acknowledged (before that `iss + 1`).
-//! * The FIN, once queued (`fin_queued`), has sequence `snd_buf_seq + snd_buf.len()`.
-//! * `rcv_off` is the stream offset of `rcv_nxt`; out-of-order data is held in `ooo` at
-//!   stream offsets above `rcv_off`, never beyond the advertised right edge `rcv_adv`.
 //! * Memory: the send buffer never exceeds its size, the receive side never holds more
 //!   than the advertised window (plus the rounding of window scaling), the scoreboard and
 //!   the assembler are bounded by tunables. No input can grow a `Tcb` without bound.
 
-use super::assembler::OutOfOrder;
+use super::ack::AckState;
 use super::cc::{Cc, CcAlgorithm, CongestionControl};
-use super::fused_flow::FusedFlow;
+use super::fusion::FusionState;
 use super::info::{Chrono, InfoState};
+use super::options::Options;
+use super::output::Transmit;
 use super::prr::Prr;
 use super::rack::Rack;
+use super::receive::ReceiveSequence;
+use super::recovery::{LossRecovery, Recovery};
 use super::rtt::RttEstimator;
 use super::sack::LazyScoreboard;
+use super::send::SendSequence;
 use super::seq::SeqNum;
-use super::timers::{Timer, TimerTable};
+use super::timers::{Retries, Timer, TimerTable};
 use super::{Events, State, TcpError, TcpSettings};
 use crate::time::Instant;
 use crate::wire::{TcpFlags, TcpRepr};
 use core::time::Duration;
-use std::collections::VecDeque;
 use std::net::SocketAddrV4;
+use std::sync::Arc;
 
 /// Largest window without scaling (RFC 9293 §3.1).
 pub(super) const MAX_WINDOW: u32 = 65_535;
@@ -37,8 +40,6 @@ pub(super) const MAX_WINDOW: u32 = 65_535;
 pub(super) const MAX_WSCALE: u8 = 14;
 /// IPv4 + TCP fixed header bytes.
 pub(super) const IP_TCP_HEADERS: u32 = 40;
-/// Linux's quick-ACK budget at connection start and after idle.
-pub(super) const QUICKACK_SEGMENTS: u32 = 16;
 
 /// Per-connection counters (summed by the owner into MIB-II style totals).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -184,21 +185,6 @@ pub const CA_RECOVERY: u8 = 3;
 /// [`TcbInfo::ca_state`]: recovery after a retransmission timeout.
 pub const CA_LOSS: u8 = 4;
 
-/// Where loss recovery stands (RFC 6675 §5, RFC 6582, RFC 6298 §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Recovery {
-    /// No loss being repaired.
-    Open,
-    /// Fast recovery after duplicate ACKs or SACK loss detection, until `recover` is acked.
-    Fast,
-    /// Retransmitting after an RTO, until `recover` is acked.
-    Loss,
-}
-
-/// Most ACKs one coalesced segment can leave owed (`Tcb::owed_acks`); 64 KiB of 1448-byte
-/// pieces owe at most 44.
-pub(super) const MAX_OWED_ACKS: usize = 64;
-
 /// Which parts of a connection's state that are allocated on first use are held now
 /// (see [`Tcb::lazy_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,32 +207,6 @@ pub struct LazyState {
     pub chrono: bool,
     /// The deque of ACKs owed for coalesced segments, kept once allocated.
     pub owed_acks: bool,
-}
-
-/// The ACKs owed for the pieces of coalesced segments (`Tcb::owed_acks`), in order: a
-/// deque allocated at the first one (and kept, as its buffer would be), so that a
-/// connection that never received a coalesced segment carries a null pointer.
-/// (Boxed so that the field is one pointer, not a deque's four words.)
-#[derive(Debug, Default)]
-#[allow(clippy::box_collection)]
-pub(super) struct OwedAcks(Option<Box<VecDeque<SeqNum>>>);
-
-impl OwedAcks {
-    pub(super) fn len(&self) -> usize {
-        self.0.as_deref().map_or(0, VecDeque::len)
-    }
-
-    pub(super) fn push_back(&mut self, ack: SeqNum) {
-        self.0.get_or_insert_with(Box::default).push_back(ack);
-    }
-
-    pub(super) fn pop_front(&mut self) -> Option<SeqNum> {
-        self.0.as_deref_mut()?.pop_front()
-    }
-
-    fn is_allocated(&self) -> bool {
-        self.0.is_some()
-    }
 }
 
 /// A segment ready to go out: the header to emit and the payload (up to two slices of
@@ -276,178 +236,89 @@ impl Outgoing<'_> {
     }
 }
 
+/// The application's socket options that shape this connection.
+#[derive(Debug, Default)]
+pub(super) struct SocketOptions {
+    /// TCP_NODELAY: Nagle's algorithm off (RFC 9293 §3.7.4).
+    pub(super) nodelay: bool,
+    /// TCP_CORK: only full segments leave.
+    pub(super) cork: bool,
+    /// SO_KEEPALIVE (RFC 1122 §4.2.3.6).
+    pub(super) keepalive: bool,
+    /// TCP_USER_TIMEOUT (RFC 5482): R2 for data.
+    pub(super) user_timeout: Option<Duration>,
+    /// The DiffServ/ECN byte for our datagrams (IP_TOS, MUST-48).
+    pub(super) tos: u8,
+}
+
 /// One TCP connection (RFC 9293 §3.3.1 "transmission control block").
+///
+/// Its state is grouped by concern, each group declared in the file that owns it:
+/// `snd` (`send.rs`), `rcv` (`receive.rs`), `opts` (`options.rs`), `ack` (`ack.rs`),
+/// `loss` (`loss.phase.rs`), `tx` (`output.rs`), `timers` and `retry` (`timers.rs`),
+/// `fusion` (`fusion.rs`, its fields private there), and the components with files
+/// of their own: `cc`, `rtt`, `sb`, `rack`, `prr`, `info_state`.
 #[derive(Debug)]
 pub struct Tcb {
     pub(super) local: SocketAddrV4,
     pub(super) remote: SocketAddrV4,
     pub(super) state: State,
-    pub(super) settings: TcpSettings,
+    /// The tunables this connection started with, shared with every connection made
+    /// under the same tunables (copied on the first per-connection change: the
+    /// congestion control or keepalive options).
+    pub(super) settings: Arc<TcpSettings>,
+    /// Opened from a listener.
     pub(super) passive: bool,
+    /// Both ends sent SYNs (simultaneous open; such connections are never fused).
+    pub(super) simultaneous: bool,
 
-    // Send sequence variables (RFC 9293 §3.3.1).
-    pub(super) iss: SeqNum,
-    pub(super) snd_una: SeqNum,
-    /// Next new sequence number to send ("SND.NXT"; retransmissions do not move it).
-    pub(super) snd_nxt: SeqNum,
-    pub(super) snd_wnd: u32,
-    pub(super) snd_wl1: SeqNum,
-    pub(super) snd_wl2: SeqNum,
-    pub(super) max_snd_wnd: u32,
-    /// Urgent pointer to send: the sequence number of the octet after the urgent data.
-    pub(super) snd_up: Option<SeqNum>,
-    pub(super) snd_buf: VecDeque<u8>,
-    pub(super) snd_buf_seq: SeqNum,
-    pub(super) snd_cap: u32,
-    pub(super) fin_queued: bool,
-
-    // Receive sequence variables.
-    pub(super) irs: SeqNum,
-    pub(super) rcv_nxt: SeqNum,
-    /// Right edge of the window last advertised (never moves left, RFC 9293 §3.8.6.2.2).
-    pub(super) rcv_adv: SeqNum,
-    pub(super) rcv_off: u64,
-    pub(super) rcv_buf: VecDeque<u8>,
-    pub(super) rcv_cap: u32,
-    /// Data held out of order, with the offset of a FIN that arrived out of order and
-    /// the most recently received out-of-order stream offsets, for SACK block order (RFC
-    /// 2018 §4); allocated when the first segment arrives out of order.
-    pub(super) ooo: OutOfOrder,
-    pub(super) fin_rcvd: bool,
-    /// Stream offset one past the last urgent octet announced by the peer.
-    pub(super) rcv_up: Option<u64>,
-    /// A duplicate range to report as D-SACK in the next ACK (RFC 2883).
-    pub(super) dsack: Option<(SeqNum, SeqNum)>,
-
-    // Negotiated options.
-    pub(super) snd_wscale: u8,
-    pub(super) rcv_wscale: u8,
-    pub(super) ts_ok: bool,
-    pub(super) ts_recent: u32,
-    pub(super) ts_recent_time: Instant,
-    pub(super) ts_offset: u32,
-    pub(super) sack_ok: bool,
-    pub(super) peer_mss: u32,
-    /// Path MTU (IP bytes).
-    pub(super) pmtu: u32,
-    /// MSS we advertise.
-    pub(super) adv_mss: u32,
-    /// TCP_MAXSEG: the application's cap on both MSS values (`None`: no cap).
-    pub(super) user_mss: Option<u32>,
-    /// Estimated size of the peer's full segments, for the ACK-every-second-segment rule.
-    pub(super) rcv_mss: u32,
-    pub(super) last_ack_sent: SeqNum,
-
-    // ACK generation.
-    pub(super) ack_now: bool,
-    pub(super) rcv_unacked_bytes: u32,
-    pub(super) quickack: u32,
-    /// ACKs the pieces of a coalesced segment (`handle_segment_gro`) would have drawn before
-    /// its last one, still to be sent, so the peer sees the ACKs it would have seen.
-    /// ACKs the pieces of a coalesced segment (`handle_segment_gro`) would have drawn before
-    /// its last one, still to be sent (acknowledgment numbers, in order), so the peer sees
-    /// the ACKs it would have seen. At most [`MAX_OWED_ACKS`]; unallocated until a
-    /// coalesced segment arrives.
-    pub(super) owed_acks: OwedAcks,
-    pub(super) last_rcv_data: Instant,
+    /// Send sequence variables and the send buffer.
+    pub(super) snd: SendSequence,
+    /// Receive sequence variables, the receive buffer and out-of-order data.
+    pub(super) rcv: ReceiveSequence,
+    /// Negotiated options and segment sizes.
+    pub(super) opts: Options,
+    /// When to acknowledge, and what.
+    pub(super) ack: AckState,
 
     // Congestion control and loss recovery.
     pub(super) cc: Cc,
+    /// RTT estimation, the RTO and Karn's timed segment (`rtt.rs`).
     pub(super) rtt: RttEstimator,
-    /// The segment being timed for an RTT sample (Karn): (end sequence, send time).
-    pub(super) rtt_timed: Option<(SeqNum, Instant)>,
-    /// Our timestamp clock at the last retransmission timeout: echoes of older
-    /// timestamps are not RTT samples (they may measure the timeout itself).
-    pub(super) ts_rtt_floor: Option<u32>,
     /// The SACK scoreboard (`sack.rs`), allocated at the first SACK block.
     pub(super) sb: LazyScoreboard,
     /// RACK-TLP per-segment state and timers (`rack.rs`).
     pub(super) rack: Rack,
     /// Proportional Rate Reduction in SACK fast recovery (`prr.rs`).
     pub(super) prr: Prr,
-    pub(super) recovery: Recovery,
-    /// RFC 6675 RecoveryPoint / RFC 6582 "recover".
-    pub(super) recover: SeqNum,
-    /// Everything in [snd_una, high_rxt) has been retransmitted in this episode.
-    pub(super) high_rxt: SeqNum,
-    pub(super) dupacks: u32,
-    /// NewReno (no SACK) fast-recovery window (RFC 6582 §3.2, with inflation).
-    pub(super) reno_cwnd: u32,
-    /// Output was blocked by cwnd since the last ACK (cwnd validation).
-    pub(super) cwnd_blocked: bool,
-    pub(super) last_data_sent: Instant,
-    /// The current transmit burst (see `build` in output.rs): its instant and the
-    /// new-data segments sent in it so far.
-    pub(super) push_burst: (Instant, u32),
-    /// The largest payload of one large segment (LSO); 0 or at most one MSS: off.
-    pub(super) lso_max: u32,
-    /// TCP Small Queues: new-data bytes the owner will still take (None: no limit).
-    pub(super) tx_quota: Option<u32>,
-    /// New data was held back by `tx_quota` since the owner last asked.
-    pub(super) tx_quota_blocked: bool,
-    /// The largest flight since the round ending at the sequence number beside it was
-    /// sent (cwnd validation in slow start, see `cc_on_ack`).
-    pub(super) flight_peak: (u32, SeqNum),
-    /// ssthresh was already lowered for the current run of RTOs.
-    pub(super) rto_reduced: bool,
+    /// Where loss recovery stands.
+    pub(super) loss: LossRecovery,
+    /// What shapes the segments sent.
+    pub(super) tx: Transmit,
 
-    // Timers.
-    /// Every timer's deadline (`timers.rs`).
+    /// Every timer's deadline.
     pub(super) timers: TimerTable,
-    /// When the current series of unanswered retransmissions began (for R2).
-    pub(super) rtx_series_start: Option<Instant>,
-    pub(super) persist_backoff: u32,
-    pub(super) probe_pending: bool,
-    pub(super) keepalive_sent: u32,
+    /// Retransmission and probing between timer expiries.
+    pub(super) retry: Retries,
+    /// When the last segment arrived (keepalive idle time, the persist limit).
     pub(super) last_rcv: Instant,
+    /// When an invalid ACK was last answered (`tcp_invalid_ratelimit`).
     pub(super) last_invalid_ack: Option<Instant>,
-    pub(super) syn_retransmitted: bool,
-    /// The SYN (SYN-SENT) or SYN,ACK (SYN-RECEIVED) is to be sent again: by the
-    /// retransmission timer, for a duplicate of the peer's SYN, or on entering SYN-RECEIVED
-    /// from SYN-SENT. SND.NXT is never rewound for it: an ACK of ISS+1 may be on its way
-    /// (or already in the same receive batch) and must stay acceptable.
-    pub(super) syn_due: bool,
 
-    // Application-side state.
-    pub(super) nodelay: bool,
-    pub(super) cork: bool,
-    /// An explicit push (TCP_NODELAY set): the data buffered now leaves despite the cork.
-    pub(super) push_once: bool,
-    /// MSG_MORE on the last write: its partial segment is held (see [`Tcb::set_more`]).
-    pub(super) more: bool,
-    /// The end of data written with MSG_MORE: the segment ending there carries no PSH.
-    pub(super) nopush_end: Option<SeqNum>,
-    pub(super) keepalive: bool,
-    pub(super) user_timeout: Option<Duration>,
+    pub(super) sockopt: SocketOptions,
     /// close() was called: no further reads; data arriving is answered with RST.
     pub(super) app_closed: bool,
     pub(super) rst_pending: bool,
     /// A RST to send in answer to an unacceptable segment: `<SEQ=seq><CTL=RST>`.
     pub(super) rst_reply: Option<SeqNum>,
-    /// Both ends sent SYNs (simultaneous open; such connections are never fused).
-    pub(super) simultaneous: bool,
-    /// Retransmit the first unacknowledged segment at the next chance, whatever the
-    /// congestion window says (fast retransmit, NewReno partial ACK, RTO, path MTU).
-    pub(super) rtx_head: bool,
-    /// Window scaling was negotiated (both SYNs carried the option).
-    pub(super) ws_ok: bool,
-    /// The DiffServ/ECN byte for our datagrams (IP_TOS, MUST-48).
-    pub(super) tos: u8,
     /// A soft error (ICMP) reported if the connection later times out (RFC 1122
     /// §4.2.3.9, MUST-56).
     pub(super) soft_error: Option<TcpError>,
     /// R1 was reached: the owner should give IP negative advice (MUST-20).
     pub(super) negative_advice: bool,
 
-    // TCP Fusion (`fusion.rs`).
-    /// Fused with a local peer: no segments, no timers; data moves by `fused_send`.
-    pub(super) fused: bool,
-    /// May never be fused (simultaneous open, or unfused once: unfusing is permanent).
-    pub(super) unfusable: bool,
-    /// Flow control of the direction this end writes while fused (`fused_flow.rs`): a
-    /// write that could not move everything stops it until the reader drains to the
-    /// low-water mark, which the next window synchronisation reports as `WRITABLE`.
-    pub(super) fused_flow: FusedFlow,
+    /// TCP Fusion.
+    pub(super) fusion: FusionState,
 
     pub(super) events: Events,
     pub(super) error: Option<TcpError>,
@@ -470,7 +341,7 @@ pub struct ConnSpec {
 }
 
 impl Tcb {
-    fn new(now: Instant, spec: ConnSpec, set: TcpSettings, passive: bool) -> Tcb {
+    fn new(now: Instant, spec: ConnSpec, set: Arc<TcpSettings>, passive: bool) -> Tcb {
         let pmtu = spec.mtu.clamp(68, 65_535);
         let adv_mss = pmtu
             .saturating_sub(IP_TCP_HEADERS)
@@ -492,100 +363,47 @@ impl Tcb {
             remote: spec.remote,
             state: State::Closed,
             passive,
-            iss: spec.iss,
-            snd_una: spec.iss,
-            snd_nxt: spec.iss,
-            snd_wnd: 0,
-            snd_wl1: SeqNum(0),
-            snd_wl2: spec.iss,
-            max_snd_wnd: 0,
-            snd_up: None,
-            snd_buf: VecDeque::new(),
-            snd_buf_seq: spec.iss + 1,
-            snd_cap,
-            fin_queued: false,
-            irs: SeqNum(0),
-            rcv_nxt: SeqNum(0),
-            rcv_adv: SeqNum(0),
-            rcv_off: 0,
-            rcv_buf: VecDeque::new(),
-            rcv_cap,
-            ooo: OutOfOrder::default(),
-            fin_rcvd: false,
-            rcv_up: None,
-            dsack: None,
-            snd_wscale: 0,
-            rcv_wscale: if set.accepts(set.wscale, passive) {
-                rcv_wscale
-            } else {
-                0
+            simultaneous: false,
+            snd: SendSequence::new(spec.iss, snd_cap),
+            rcv: ReceiveSequence::new(now, rcv_cap),
+            opts: Options {
+                snd_wscale: 0,
+                rcv_wscale: if set.accepts(set.wscale, passive) {
+                    rcv_wscale
+                } else {
+                    0
+                },
+                ws_ok: false,
+                ts_ok: false,
+                ts_recent: 0,
+                ts_recent_time: now,
+                ts_offset: spec.ts_offset,
+                sack_ok: false,
+                peer_mss: set.mss_def,
+                pmtu,
+                adv_mss,
+                user_mss: None,
+                rcv_mss: set.mss_def.min(adv_mss),
             },
-            ts_ok: false,
-            ts_recent: 0,
-            ts_recent_time: now,
-            ts_offset: spec.ts_offset,
-            sack_ok: false,
-            peer_mss: set.mss_def,
-            pmtu,
-            adv_mss,
-            user_mss: None,
-            rcv_mss: set.mss_def.min(adv_mss),
-            last_ack_sent: SeqNum(0),
-            ack_now: false,
-            rcv_unacked_bytes: 0,
-            quickack: QUICKACK_SEGMENTS,
-            owed_acks: OwedAcks::default(),
-            last_rcv_data: now,
+            ack: AckState::new(),
             cc,
             rtt,
-            rtt_timed: None,
-            ts_rtt_floor: None,
             sb: LazyScoreboard::default(),
             rack: Rack::new(),
             prr: Prr::default(),
-            recovery: Recovery::Open,
-            recover: spec.iss,
-            high_rxt: spec.iss,
-            dupacks: 0,
-            reno_cwnd: 0,
-            cwnd_blocked: false,
-            last_data_sent: now,
-            push_burst: (now, 0),
-            // Off until the owner, which knows whether its device path takes large
-            // segments, turns it on (`set_lso_max`, usually with `settings.lso_max`).
-            lso_max: 0,
-            tx_quota: None,
-            tx_quota_blocked: false,
-            flight_peak: (0, spec.iss),
-            rto_reduced: false,
+            loss: LossRecovery::new(spec.iss),
+            tx: Transmit::new(now, spec.iss),
             timers: TimerTable::new(),
-            rtx_series_start: None,
-            persist_backoff: 0,
-            probe_pending: false,
-            keepalive_sent: 0,
+            retry: Retries::default(),
             last_rcv: now,
             last_invalid_ack: None,
-            syn_retransmitted: false,
-            syn_due: false,
-            nodelay: false,
-            cork: false,
-            push_once: false,
-            more: false,
-            nopush_end: None,
-            keepalive: false,
-            user_timeout: None,
+            sockopt: SocketOptions::default(),
             app_closed: false,
             rst_pending: false,
             rst_reply: None,
-            simultaneous: false,
-            rtx_head: false,
-            ws_ok: false,
-            tos: 0,
             soft_error: None,
             negative_advice: false,
-            fused: false,
-            unfusable: false,
-            fused_flow: FusedFlow::default(),
+            fusion: FusionState::default(),
             events: Events::default(),
             error: None,
             stats: TcbStats::default(),
@@ -596,31 +414,36 @@ impl Tcb {
 
     /// Active open (RFC 9293 §3.10.1): the `Tcb` starts in SYN-SENT and its first
     /// `poll_transmit` yields the SYN.
-    pub fn connect(now: Instant, spec: ConnSpec, set: TcpSettings) -> Tcb {
-        let mut t = Tcb::new(now, spec, set, false);
+    pub fn connect(now: Instant, spec: ConnSpec, set: impl Into<Arc<TcpSettings>>) -> Tcb {
+        let mut t = Tcb::new(now, spec, set.into(), false);
         t.state = State::SynSent;
-        t.sack_ok = t.settings.sack >= 2;
-        t.ts_ok = t.settings.tstamp >= 2;
+        t.opts.sack_ok = t.settings.sack >= 2;
+        t.opts.ts_ok = t.settings.tstamp >= 2;
         t
     }
 
     /// Passive open from a listener (RFC 9293 §3.10.7.2): `syn` is the SYN that arrived
     /// in LISTEN. The `Tcb` starts in SYN-RECEIVED and its first `poll_transmit` yields
     /// the SYN,ACK. Options are accepted as offered (RFC 7323 §2.2, §3.2; RFC 2018 §2).
-    pub fn accept(now: Instant, spec: ConnSpec, set: TcpSettings, syn: &TcpRepr) -> Tcb {
-        let mut t = Tcb::new(now, spec, set, true);
+    pub fn accept(
+        now: Instant,
+        spec: ConnSpec,
+        set: impl Into<Arc<TcpSettings>>,
+        syn: &TcpRepr,
+    ) -> Tcb {
+        let mut t = Tcb::new(now, spec, set.into(), true);
         t.state = State::SynReceived;
-        t.irs = SeqNum(syn.seq);
-        t.rcv_nxt = t.irs + 1;
-        t.rcv_adv = t.rcv_nxt;
-        t.last_ack_sent = t.rcv_nxt;
+        t.rcv.irs = SeqNum(syn.seq);
+        t.rcv.nxt = t.rcv.irs + 1;
+        t.rcv.adv = t.rcv.nxt;
+        t.ack.last_sent = t.rcv.nxt;
         t.apply_syn_options(now, syn);
         // The SYN's window is never scaled (RFC 7323 §2.2).
-        t.snd_wnd = u32::from(syn.window);
-        t.max_snd_wnd = t.snd_wnd;
-        t.snd_wl1 = t.irs;
-        t.snd_wl2 = t.iss;
-        t.ack_now = true;
+        t.snd.wnd = u32::from(syn.window);
+        t.snd.max_wnd = t.snd.wnd;
+        t.snd.wl1 = t.rcv.irs;
+        t.snd.wl2 = t.snd.iss;
+        t.ack.due = true;
         t
     }
 
@@ -630,30 +453,31 @@ impl Tcb {
         let o = &syn.options;
         // MSS (RFC 9293 §3.7.1, MUST-14/15): default 536 when absent; RFC 6691: it
         // excludes options.
-        self.peer_mss = o.mss.map(u32::from).unwrap_or(self.settings.mss_def);
+        self.opts.peer_mss = o.mss.map(u32::from).unwrap_or(self.settings.mss_def);
         // RFC 7323 §2.2, §3.2, RFC 2018 §2: an option is in use when both SYNs carry it:
         // the active side takes it only if it offered it (setting 2), the passive side
         // answers an offer unless the option is off (setting 0).
         match o.window_scale {
             Some(ws) if self.settings.accepts(self.settings.wscale, self.passive) => {
                 // RFC 7323 §2.3: a shift above 14 is used as 14.
-                self.snd_wscale = ws.min(MAX_WSCALE);
-                self.ws_ok = true;
+                self.opts.snd_wscale = ws.min(MAX_WSCALE);
+                self.opts.ws_ok = true;
             }
             _ => {
-                self.snd_wscale = 0;
-                self.rcv_wscale = 0;
-                self.ws_ok = false;
+                self.opts.snd_wscale = 0;
+                self.opts.rcv_wscale = 0;
+                self.opts.ws_ok = false;
             }
         }
-        self.sack_ok = o.sack_permitted && self.settings.accepts(self.settings.sack, self.passive);
+        self.opts.sack_ok =
+            o.sack_permitted && self.settings.accepts(self.settings.sack, self.passive);
         match o.timestamps {
             Some((tsval, _)) if self.settings.accepts(self.settings.tstamp, self.passive) => {
-                self.ts_ok = true;
-                self.ts_recent = tsval;
-                self.ts_recent_time = now;
+                self.opts.ts_ok = true;
+                self.opts.ts_recent = tsval;
+                self.opts.ts_recent_time = now;
             }
-            _ => self.ts_ok = false,
+            _ => self.opts.ts_ok = false,
         }
         self.update_mss();
         if self.stats.data_segs_out == 0 {
@@ -673,10 +497,10 @@ impl Tcb {
     /// §3.7.1), no less than `tcp_mss_min`, minus the options every segment carries
     /// (RFC 6691).
     pub fn mss(&self) -> u32 {
-        let by_path = self.pmtu.saturating_sub(IP_TCP_HEADERS);
-        let mss = self.peer_mss.min(by_path).max(self.settings.mss_min);
-        let mss = self.user_mss.map_or(mss, |u| mss.min(u));
-        let opts = if self.ts_ok { 12 } else { 0 };
+        let by_path = self.opts.pmtu.saturating_sub(IP_TCP_HEADERS);
+        let mss = self.opts.peer_mss.min(by_path).max(self.settings.mss_min);
+        let mss = self.opts.user_mss.map_or(mss, |u| mss.min(u));
+        let opts = if self.opts.ts_ok { 12 } else { 0 };
         mss.saturating_sub(opts).max(1)
     }
 
@@ -714,15 +538,15 @@ impl Tcb {
             State::Closed | State::Listen => return Err(TcpError::NotConnected),
             _ => return Err(TcpError::BrokenPipe),
         }
-        if self.fin_queued || self.app_closed {
+        if self.snd.fin_queued || self.app_closed {
             return Err(TcpError::BrokenPipe);
         }
-        if self.fused {
+        if self.fusion.is_fused() {
             // A fused connection sends only through `fused_send` (which needs the peer);
             // the ordinary path takes nothing, so no byte can overtake fused data.
             return Err(TcpError::WouldBlock);
         }
-        let space = (self.snd_cap as usize).saturating_sub(self.snd_buf.len());
+        let space = (self.snd.cap as usize).saturating_sub(self.snd.buf.len());
         // The writer now waits for buffer space (or no longer does), for the
         // send-buffer-limited chronograph (`info.rs`).
         self.info_state.snd_nospace = space < data.len();
@@ -735,33 +559,34 @@ impl Tcb {
         }
         // RFC 5681 §4.1: restart from the initial window after an idle period.
         if self.settings.slow_start_after_idle
-            && self.snd_una == self.snd_nxt
+            && self.snd.una == self.snd.nxt
             && self.state.is_synchronized()
-            && now.saturating_duration_since(self.last_data_sent) > self.rtt.rto()
+            && now.saturating_duration_since(self.tx.last_data_sent) > self.rtt.rto()
             && self.stats.data_segs_out > 0
         {
             self.cc.on_idle_restart(now);
         }
-        self.snd_buf.extend(&data[..n]);
+        self.snd.buf.extend(&data[..n]);
         if urgent {
-            self.snd_up = Some(self.snd_buf_seq + self.snd_buf.len() as u32);
+            self.snd.up = Some(self.snd.buf_seq + self.snd.buf.len() as u32);
         }
-        if (self.cork || self.more) && !self.timers.is_armed(Timer::Cork) {
+        if (self.sockopt.cork || self.tx.more) && !self.timers.is_armed(Timer::Cork) {
             self.timers
                 .set(Timer::Cork, now + self.settings.cork_interval);
         }
-        self.nopush_end = self
+        self.tx.nopush_end = self
+            .tx
             .more
-            .then(|| self.snd_buf_seq + self.snd_buf.len() as u32);
+            .then(|| self.snd.buf_seq + self.snd.buf.len() as u32);
         Ok(n)
     }
 
     /// Free space in the send buffer.
     pub fn send_space(&self) -> usize {
-        if self.fin_queued || self.app_closed {
+        if self.snd.fin_queued || self.app_closed {
             return 0;
         }
-        (self.snd_cap as usize).saturating_sub(self.snd_buf.len())
+        (self.snd.cap as usize).saturating_sub(self.snd.buf.len())
     }
 
     /// Bytes written but not yet acknowledged (or not yet sent).
@@ -769,7 +594,7 @@ impl Tcb {
     /// (`tcp_xmit_lowat`, at most half the buffer).
     pub fn send_lowat(&self) -> usize {
         (self.settings.sndlowat as usize)
-            .min(self.snd_cap as usize / 2)
+            .min(self.snd.cap as usize / 2)
             .max(1)
     }
 
@@ -778,20 +603,20 @@ impl Tcb {
     pub fn icmp_quote_valid(&self, seq: u32) -> bool {
         let s = SeqNum(seq);
         if self.state == State::SynSent {
-            s == self.snd_una
+            s == self.snd.una
         } else {
-            s.in_range(self.snd_una, self.snd_nxt)
+            s.in_range(self.snd.una, self.snd.nxt)
         }
     }
 
     pub fn send_queued(&self) -> usize {
-        self.snd_buf.len()
+        self.snd.buf.len()
     }
 
     /// Bytes of the send buffer not yet sent at all.
     pub fn send_unsent(&self) -> usize {
-        let sent = self.snd_nxt.since(self.snd_buf_seq) as usize;
-        self.snd_buf.len().saturating_sub(sent)
+        let sent = self.snd.nxt.since(self.snd.buf_seq) as usize;
+        self.snd.buf.len().saturating_sub(sent)
     }
 
     /// Reads in-order data (RFC 9293 §3.10.3 RECEIVE). `Ok(0)` means end of stream (the
@@ -800,7 +625,7 @@ impl Tcb {
     pub fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Result<usize, TcpError> {
         let n = self.peek(buf)?;
         if n > 0 {
-            self.rcv_buf.drain(..n);
+            self.rcv.buf.drain(..n);
             self.after_read();
         }
         Ok(n)
@@ -808,8 +633,8 @@ impl Tcb {
 
     /// Like [`Tcb::recv`] but leaves the data in the buffer (MSG_PEEK).
     pub fn peek(&self, buf: &mut [u8]) -> Result<usize, TcpError> {
-        if self.rcv_buf.is_empty() {
-            if self.fin_rcvd || buf.is_empty() {
+        if self.rcv.buf.is_empty() {
+            if self.rcv.fin || buf.is_empty() {
                 return Ok(0);
             }
             if let Some(e) = self.error {
@@ -821,8 +646,8 @@ impl Tcb {
                 _ => Err(TcpError::WouldBlock),
             };
         }
-        let n = buf.len().min(self.rcv_buf.len());
-        let (a, b) = self.rcv_buf.as_slices();
+        let n = buf.len().min(self.rcv.buf.len());
+        let (a, b) = self.rcv.buf.as_slices();
         let na = n.min(a.len());
         buf[..na].copy_from_slice(&a[..na]);
         if n > na {
@@ -833,24 +658,24 @@ impl Tcb {
 
     /// In-order bytes ready to read.
     pub fn recv_available(&self) -> usize {
-        self.rcv_buf.len()
+        self.rcv.buf.len()
     }
 
     /// The peer's FIN has been received (data before it may still be unread).
     pub fn fin_received(&self) -> bool {
-        self.fin_rcvd
+        self.rcv.fin
     }
 
     /// The peer's FIN has been received and all data before it read (EOF).
     pub fn at_eof(&self) -> bool {
-        self.fin_rcvd && self.rcv_buf.is_empty()
+        self.rcv.fin && self.rcv.buf.is_empty()
     }
 
     /// Bytes of unread data before the urgent mark, if urgent data is pending
     /// (for `SIOCATMARK`-style queries).
     pub fn urgent_mark(&self) -> Option<usize> {
-        let up = self.rcv_up?;
-        let read_upto = self.rcv_off - self.rcv_buf.len() as u64;
+        let up = self.rcv.up?;
+        let read_upto = self.rcv.off - self.rcv.buf.len() as u64;
         if up <= read_upto {
             return None;
         }
@@ -860,22 +685,23 @@ impl Tcb {
     /// After the application read: maybe send a window update (RFC 9293 §3.8.6.2.2).
     fn after_read(&mut self) {
         // Fused: no segments; the owner moves the window with `fused_sync_window`.
-        if !self.state.is_synchronized() || self.fin_rcvd || self.fused {
+        if !self.state.is_synchronized() || self.rcv.fin || self.fusion.is_fused() {
             return;
         }
-        let adv = self.rcv_adv.since(self.rcv_nxt);
+        let adv = self.rcv.adv.since(self.rcv.nxt);
         // What an ACK could announce: the free buffer, but no more than the window field
         // can carry at our scale (65,535 bytes when the peer did not take window scaling,
         // RFC 7323 §2.3), or the update would repeat the window the peer already has.
         let free = self
-            .rcv_cap
-            .saturating_sub(self.rcv_buf.len() as u32)
-            .min(MAX_WINDOW << self.rcv_wscale);
-        let threshold = (self.rcv_cap / 2).min(self.rcv_mss.max(1));
+            .rcv
+            .cap
+            .saturating_sub(self.rcv.buf.len() as u32)
+            .min(MAX_WINDOW << self.opts.rcv_wscale);
+        let threshold = (self.rcv.cap / 2).min(self.opts.rcv_mss.max(1));
         // Announce the opening once it is worth a segment and at least doubles what the
         // peer believes, or whenever the peer sees (nearly) no window at all.
-        if free >= adv + threshold && (free >= 2 * adv || adv < self.rcv_mss) {
-            self.ack_now = true;
+        if free >= adv + threshold && (free >= 2 * adv || adv < self.opts.rcv_mss) {
+            self.ack.due = true;
         }
     }
 
@@ -890,7 +716,7 @@ impl Tcb {
                 Ok(())
             }
             State::SynReceived | State::Established => {
-                self.fin_queued = true;
+                self.snd.fin_queued = true;
                 self.state = if self.state == State::SynReceived {
                     // RFC 9293: queue the FIN until ESTABLISHED.
                     State::SynReceived
@@ -900,7 +726,7 @@ impl Tcb {
                 Ok(())
             }
             State::CloseWait => {
-                self.fin_queued = true;
+                self.snd.fin_queued = true;
                 self.state = State::LastAck;
                 Ok(())
             }
@@ -916,11 +742,11 @@ impl Tcb {
     /// TIME_WAIT by `tcp_time_wait_interval`) until it reports [`Events::CLOSED`].
     pub fn close(&mut self, now: Instant) {
         self.app_closed = true;
-        if !self.rcv_buf.is_empty() && self.state.is_synchronized() {
+        if !self.rcv.buf.is_empty() && self.state.is_synchronized() {
             self.abort(now);
             return;
         }
-        self.rcv_buf.clear();
+        self.rcv.buf.clear();
         let _ = self.shutdown_write(now);
         if self.state == State::FinWait2 {
             self.timers
@@ -945,9 +771,9 @@ impl Tcb {
         if self.error.is_none() {
             self.error = Some(TcpError::Aborted);
         }
-        self.snd_buf.clear();
-        self.rcv_buf.clear();
-        self.ooo.clear();
+        self.snd.buf.clear();
+        self.rcv.buf.clear();
+        self.rcv.ooo.clear();
         if !self.rst_pending {
             self.enter_closed();
         } else {
@@ -979,7 +805,7 @@ impl Tcb {
     /// Stops every timer (RACK's two as well) and forgets RACK's records.
     pub(super) fn clear_timers(&mut self) {
         self.timers.stop_all();
-        self.probe_pending = false;
+        self.retry.probe_pending = false;
         self.rack.clear();
     }
 
@@ -987,8 +813,8 @@ impl Tcb {
     pub(super) fn fail(&mut self, e: TcpError) {
         self.error = Some(e);
         self.events.insert(Events::ERROR);
-        self.snd_buf.clear();
-        self.ooo.clear();
+        self.snd.buf.clear();
+        self.rcv.ooo.clear();
         self.enter_closed();
     }
 
@@ -996,7 +822,7 @@ impl Tcb {
     /// or device; [`crate::tcp::LSO_MAX`] at most). 0, or no more than one MSS, turns
     /// large segments off: every segment carries at most one MSS.
     pub fn set_lso_max(&mut self, bytes: u32) {
-        self.lso_max = bytes.min(super::LSO_MAX);
+        self.tx.lso_max = bytes.min(super::LSO_MAX);
     }
 
     /// TCP Small Queues: `Some(q)` lets new-data segments out only while `q > 0`, each
@@ -1004,7 +830,7 @@ impl Tcb {
     /// retransmissions, ACKs, SYN, RST, probes and a FIN without data are never held.
     /// `None`: no limit.
     pub fn set_tx_quota(&mut self, quota: Option<u32>) {
-        self.tx_quota = quota;
+        self.tx.quota = quota;
     }
 
     /// The rate to pace this connection at, bits per second: cwnd per smoothed RTT,
@@ -1024,22 +850,22 @@ impl Tcb {
 
     /// The quota left ([`Tcb::set_tx_quota`]).
     pub fn tx_quota(&self) -> Option<u32> {
-        self.tx_quota
+        self.tx.quota
     }
 
     /// True once after new data was held back by the transmit quota: the owner should
     /// raise the quota and flush again when its queue drains.
     pub fn take_tx_quota_blocked(&mut self) -> bool {
-        core::mem::take(&mut self.tx_quota_blocked)
+        core::mem::take(&mut self.tx.quota_blocked)
     }
 
     /// TCP_NODELAY: disable Nagle (RFC 896). Turning it on also pushes what is buffered
     /// now, even while corked (Linux semantics: setting TCP_NODELAY is an explicit push;
     /// the cork stays for later writes).
     pub fn set_nodelay(&mut self, on: bool) {
-        self.nodelay = on;
+        self.sockopt.nodelay = on;
         if on && self.send_unsent() > 0 {
-            self.push_once = true;
+            self.tx.push_once = true;
         }
     }
 
@@ -1049,15 +875,15 @@ impl Tcb {
     /// itself, where Nagle's rule applies again), an explicit push, or
     /// `tcp_cork_interval`; the segment ending such a write carries no PSH.
     pub fn set_more(&mut self, now: Instant, on: bool) {
-        self.more = on;
+        self.tx.more = on;
         if on && self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
             self.timers
                 .set(Timer::Cork, now + self.settings.cork_interval);
         }
         if !on {
             // The writer's data is complete: its end is a push point again.
-            self.nopush_end = None;
-            if !self.cork {
+            self.tx.nopush_end = None;
+            if !self.sockopt.cork {
                 self.timers.stop(Timer::Cork);
             }
         }
@@ -1066,11 +892,11 @@ impl Tcb {
     /// TCP_CORK (Linux semantics): while on, partial segments wait until the cork is
     /// removed or `tcp_cork_interval` passes.
     pub fn set_cork(&mut self, now: Instant, on: bool) {
-        self.cork = on;
+        self.sockopt.cork = on;
         if on {
             // A new cork holds what comes next; an earlier TCP_NODELAY push that the
             // window has not let out yet does not carry over to it.
-            self.push_once = false;
+            self.tx.push_once = false;
             if self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
                 self.timers
                     .set(Timer::Cork, now + self.settings.cork_interval);
@@ -1088,14 +914,14 @@ impl Tcb {
         if alg == self.settings.cc {
             return;
         }
-        self.settings.cc = alg;
+        Arc::make_mut(&mut self.settings).cc = alg;
         self.cc = Cc::new(alg, self.mss(), self.settings.init_cwnd);
     }
 
     /// SO_KEEPALIVE (RFC 9293 §3.8.4): probe an idle connection.
     pub fn set_keepalive(&mut self, now: Instant, on: bool) {
-        self.keepalive = on;
-        self.keepalive_sent = 0;
+        self.sockopt.keepalive = on;
+        self.retry.keepalive_sent = 0;
         self.timers.set_or_stop(
             Timer::Keepalive,
             (on && self.state.is_synchronized()).then(|| now + self.settings.keepalive_idle),
@@ -1106,9 +932,10 @@ impl Tcb {
     /// timer runs on as it was armed (see [`Tcb::set_keepalive_idle`] for Linux's
     /// TCP_KEEPIDLE).
     pub fn set_keepalive_params(&mut self, idle: Duration, intvl: Duration, probes: u32) {
-        self.settings.keepalive_idle = idle.max(Duration::from_millis(1));
-        self.settings.keepalive_intvl = intvl.max(Duration::from_millis(1));
-        self.settings.keepalive_probes = probes.max(1);
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.keepalive_idle = idle.max(Duration::from_millis(1));
+        settings.keepalive_intvl = intvl.max(Duration::from_millis(1));
+        settings.keepalive_probes = probes.max(1);
     }
 
     /// TCP_KEEPIDLE (RFC 9293 §3.8.4): the idle time before the first keepalive probe.
@@ -1117,8 +944,8 @@ impl Tcb {
     /// already past), as Linux's `tcp_sock_set_keepidle_locked` does; probes already
     /// sent still count.
     pub fn set_keepalive_idle(&mut self, now: Instant, idle: Duration) {
-        self.settings.keepalive_idle = idle.max(Duration::from_millis(1));
-        if self.keepalive && self.state.is_synchronized() {
+        Arc::make_mut(&mut self.settings).keepalive_idle = idle.max(Duration::from_millis(1));
+        if self.sockopt.keepalive && self.state.is_synchronized() {
             self.timers.set(
                 Timer::Keepalive,
                 (self.last_rcv + self.settings.keepalive_idle).max(now),
@@ -1129,12 +956,12 @@ impl Tcb {
     /// TCP_KEEPINTVL: the time between unanswered keepalive probes (from the next probe
     /// on).
     pub fn set_keepalive_intvl(&mut self, intvl: Duration) {
-        self.settings.keepalive_intvl = intvl.max(Duration::from_millis(1));
+        Arc::make_mut(&mut self.settings).keepalive_intvl = intvl.max(Duration::from_millis(1));
     }
 
     /// TCP_KEEPCNT: unanswered probes before the connection is dropped.
     pub fn set_keepalive_probes(&mut self, probes: u32) {
-        self.settings.keepalive_probes = probes.max(1);
+        Arc::make_mut(&mut self.settings).keepalive_probes = probes.max(1);
     }
 
     /// Keepalive timing in use: (idle, interval, probes); the stack's tunables
@@ -1150,13 +977,13 @@ impl Tcb {
 
     /// SO_KEEPALIVE as set.
     pub fn keepalive(&self) -> bool {
-        self.keepalive
+        self.sockopt.keepalive
     }
 
     /// TCP_USER_TIMEOUT (RFC 9293 §3.8.3 USER TIMEOUT, RFC 5482): abort when sent data
     /// stays unacknowledged this long. `None` uses R2 (`tcp_ip_abort_interval`).
     pub fn set_user_timeout(&mut self, t: Option<Duration>) {
-        self.user_timeout = t.filter(|d| !d.is_zero());
+        self.sockopt.user_timeout = t.filter(|d| !d.is_zero());
     }
 
     /// TCP_MAXSEG (Linux semantics): cap the MSS this end advertises and the segments
@@ -1167,10 +994,10 @@ impl Tcb {
         if !(88..=32_767).contains(&mss) {
             return Err(TcpError::InvalidInput);
         }
-        self.user_mss = Some(mss);
+        self.opts.user_mss = Some(mss);
         if self.stats.segs_out == 0 {
             // Nothing sent yet: the SYN (or SYN,ACK) will carry the lower MSS.
-            self.adv_mss = self.adv_mss.min(mss);
+            self.opts.adv_mss = self.opts.adv_mss.min(mss);
         }
         self.update_mss();
         Ok(())
@@ -1179,14 +1006,14 @@ impl Tcb {
     /// SO_SNDBUF: resize the send buffer (bounded by `tcp_max_buf`).
     pub fn set_send_buffer(&mut self, bytes: usize) {
         let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.settings.max_buf.max(2048));
-        self.snd_cap = b.max(self.snd_buf.len().min(u32::MAX as usize) as u32);
+        self.snd.cap = b.max(self.snd.buf.len().min(u32::MAX as usize) as u32);
     }
 
     /// The bounds of the out-of-order store, as `set_recv_buffer` sets them: the receive
     /// buffer plus one unit of the largest window scale, `tcp_reass_max_segs` pieces.
     pub(super) fn ooo_limits(&self) -> (usize, usize) {
         (
-            self.rcv_cap as usize + (1 << MAX_WSCALE),
+            self.rcv.cap as usize + (1 << MAX_WSCALE),
             self.settings.reass_max_segs as usize,
         )
     }
@@ -1195,8 +1022,8 @@ impl Tcb {
     /// shrinks below what was already advertised).
     pub fn set_recv_buffer(&mut self, bytes: usize) {
         let b = (bytes.min(u32::MAX as usize) as u32).clamp(2048, self.settings.max_buf.max(2048));
-        self.rcv_cap = b;
-        self.ooo.set_limits(
+        self.rcv.cap = b;
+        self.rcv.ooo.set_limits(
             b as usize + (1 << MAX_WSCALE),
             self.settings.reass_max_segs as usize,
         );
@@ -1207,19 +1034,19 @@ impl Tcb {
     /// outstanding data is resent at the new size without a congestion response.
     pub fn on_path_mtu(&mut self, _now: Instant, mtu: u32) {
         let mtu = mtu.max(68);
-        if mtu >= self.pmtu {
+        if mtu >= self.opts.pmtu {
             return;
         }
-        self.pmtu = mtu;
+        self.opts.pmtu = mtu;
         self.update_mss();
-        if self.snd_una != self.snd_nxt && self.state.is_synchronized() {
+        if self.snd.una != self.snd.nxt && self.state.is_synchronized() {
             // Resend from snd_una at the new size (Linux tcp_simple_retransmit).
-            self.high_rxt = self.snd_una;
-            if self.recovery == Recovery::Open {
-                self.recovery = Recovery::Loss;
-                self.recover = self.snd_nxt;
+            self.loss.high_rxt = self.snd.una;
+            if self.loss.phase == Recovery::Open {
+                self.loss.phase = Recovery::Loss;
+                self.loss.recover = self.snd.nxt;
             }
-            self.rtt_timed = None;
+            self.rtt.timed = None;
         }
     }
 
@@ -1244,12 +1071,12 @@ impl Tcb {
 
     /// IP_TOS: the DiffServ/ECN byte of the connection's datagrams (MUST-48).
     pub fn set_tos(&mut self, tos: u8) {
-        self.tos = tos;
+        self.sockopt.tos = tos;
     }
 
     /// The DiffServ/ECN byte for this connection's datagrams.
     pub fn tos(&self) -> u8 {
-        self.tos
+        self.sockopt.tos
     }
 
     /// True once after retransmissions reached R1 (three RTOs in a row): the owner should
@@ -1319,23 +1146,23 @@ impl Tcb {
             rack_undo,
             sack_scoreboard: self.sb.is_allocated(),
             prr_episode: self.prr.is_allocated(),
-            out_of_order: self.ooo.is_allocated(),
+            out_of_order: self.rcv.ooo.is_allocated(),
             chrono: self.info_state.chrono.is_some(),
-            owed_acks: self.owed_acks.is_allocated(),
+            owed_acks: self.ack.owed.is_allocated(),
         }
     }
 
-    /// `snd_una`, for ICMP validation (RFC 5927 §4.1) and for the fusion hand-off.
+    /// `snd.una`, for ICMP validation (RFC 5927 §4.1) and for the fusion hand-off.
     pub fn snd_una(&self) -> SeqNum {
-        self.snd_una
+        self.snd.una
     }
 
     pub fn snd_nxt(&self) -> SeqNum {
-        self.snd_nxt
+        self.snd.nxt
     }
 
     pub fn rcv_nxt(&self) -> SeqNum {
-        self.rcv_nxt
+        self.rcv.nxt
     }
 
     /// RFC 6191: may a SYN with this sequence number and timestamp reopen the
@@ -1345,16 +1172,16 @@ impl Tcb {
         if self.state != State::TimeWait || !syn.flags.syn() || syn.flags.ack() {
             return false;
         }
-        match (self.ts_ok, syn.options.timestamps) {
-            (true, Some((tsval, _))) => (tsval.wrapping_sub(self.ts_recent) as i32) > 0,
-            (true, None) | (false, _) => SeqNum(syn.seq) > self.rcv_nxt,
+        match (self.opts.ts_ok, syn.options.timestamps) {
+            (true, Some((tsval, _))) => (tsval.wrapping_sub(self.opts.ts_recent) as i32) > 0,
+            (true, None) | (false, _) => SeqNum(syn.seq) > self.rcv.nxt,
         }
     }
 
     /// Bytes received in order and not yet read by the application (the receive queue;
     /// out-of-order data is in [`TcbInfo::ooo_bytes`]).
     pub fn rcv_queued_bytes(&self) -> usize {
-        self.rcv_buf.len()
+        self.rcv.buf.len()
     }
 
     /// SACKed ranges the scoreboard (RFC 6675 §3) holds now, at most
@@ -1369,47 +1196,47 @@ impl Tcb {
             state: self.state,
             local: self.local,
             remote: self.remote,
-            snd_una: self.snd_una.raw(),
-            snd_nxt: self.snd_nxt.raw(),
-            rcv_nxt: self.rcv_nxt.raw(),
-            snd_wnd: self.snd_wnd,
-            rcv_wnd: self.rcv_adv.since(self.rcv_nxt),
+            snd_una: self.snd.una.raw(),
+            snd_nxt: self.snd.nxt.raw(),
+            rcv_nxt: self.rcv.nxt.raw(),
+            snd_wnd: self.snd.wnd,
+            rcv_wnd: self.rcv.adv.since(self.rcv.nxt),
             snd_mss: self.mss(),
-            rcv_mss: self.rcv_mss,
+            rcv_mss: self.opts.rcv_mss,
             cwnd: self.cc.cwnd(),
             ssthresh: self.cc.ssthresh(),
             srtt: self.rtt.srtt(),
             rttvar: self.rtt.rttvar(),
             rto: self.rtt.rto(),
             min_rtt: self.rtt.min_rtt(),
-            unacked: self.snd_nxt.since(self.snd_una),
+            unacked: self.snd.nxt.since(self.snd.una),
             sacked: self.sb.sacked_bytes(),
-            send_queued: self.snd_buf.len(),
-            recv_queued: self.rcv_buf.len(),
-            ooo_bytes: self.ooo.bytes(),
-            snd_wscale: self.snd_wscale,
-            rcv_wscale: self.rcv_wscale,
-            timestamps: self.ts_ok,
-            sack: self.sack_ok,
-            in_recovery: self.recovery != Recovery::Open,
+            send_queued: self.snd.buf.len(),
+            recv_queued: self.rcv.buf.len(),
+            ooo_bytes: self.rcv.ooo.bytes(),
+            snd_wscale: self.opts.snd_wscale,
+            rcv_wscale: self.opts.rcv_wscale,
+            timestamps: self.opts.ts_ok,
+            sack: self.opts.sack_ok,
+            in_recovery: self.loss.phase != Recovery::Open,
             backoff: self.rtt.backoff(),
             cc: self.cc.name(),
             stats: self.stats,
-            fused: self.fused,
-            ca_state: match self.recovery {
+            fused: self.fusion.is_fused(),
+            ca_state: match self.loss.phase {
                 Recovery::Fast => CA_RECOVERY,
                 Recovery::Loss => CA_LOSS,
-                Recovery::Open if self.dupacks > 0 || !self.sb.is_empty() => CA_DISORDER,
+                Recovery::Open if self.loss.dupacks > 0 || !self.sb.is_empty() => CA_DISORDER,
                 Recovery::Open => CA_OPEN,
             },
-            adv_mss: self.adv_mss,
-            pmtu: self.pmtu,
-            user_mss: self.user_mss,
-            window_scaling: self.ws_ok,
-            last_data_recv: self.last_rcv_data,
-            last_data_sent: self.last_data_sent,
-            bytes_received: self.rcv_off,
-            probes: self.persist_backoff.max(self.keepalive_sent),
+            adv_mss: self.opts.adv_mss,
+            pmtu: self.opts.pmtu,
+            user_mss: self.opts.user_mss,
+            window_scaling: self.opts.ws_ok,
+            last_data_recv: self.rcv.last_data,
+            last_data_sent: self.tx.last_data_sent,
+            bytes_received: self.rcv.off,
+            probes: self.retry.persist_backoff.max(self.retry.keepalive_sent),
             lost: self.lost_segments(),
             retrans: self.retrans_segments(),
             reordering: self.rack_info().1,
@@ -1425,7 +1252,7 @@ impl Tcb {
 
     /// Timestamp clock value for `now` (RFC 7323 §5.4: 1 ms ticks plus the offset).
     pub(super) fn ts_now(&self, now: Instant) -> u32 {
-        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+        (now.as_millis() as u32).wrapping_add(self.opts.ts_offset)
     }
 
     /// The header fields common to every segment this `Tcb` sends.

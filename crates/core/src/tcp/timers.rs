@@ -8,7 +8,8 @@
 use core::ops::ControlFlow;
 
 use super::cc::CongestionControl;
-use super::tcb::{Recovery, Tcb};
+use super::recovery::Recovery;
+use super::tcb::Tcb;
 use super::{State, TcpError};
 use crate::time::Instant;
 
@@ -147,11 +148,33 @@ impl TimerTable {
     }
 }
 
+/// The state of retransmission and probing between timer expiries: the series of
+/// unanswered retransmissions (R1/R2, RFC 9293 §3.8.3), the persist backoff (§3.8.6.1),
+/// keepalives (RFC 1122 §4.2.3.6) and the SYN's retransmission.
+#[derive(Debug, Default)]
+pub(super) struct Retries {
+    /// When the current series of unanswered retransmissions began (for R2).
+    pub(super) series_start: Option<Instant>,
+    /// Zero-window probes sent since the peer last opened its window.
+    pub(super) persist_backoff: u32,
+    /// A zero-window probe is to be sent.
+    pub(super) probe_pending: bool,
+    /// Keepalive probes still unanswered.
+    pub(super) keepalive_sent: u32,
+    /// The SYN or SYN,ACK was retransmitted (its ACK is no RTT sample, RFC 6298 §3).
+    pub(super) syn_retransmitted: bool,
+    /// The SYN (SYN-SENT) or SYN,ACK (SYN-RECEIVED) is to be sent again: by the
+    /// retransmission timer, for a duplicate of the peer's SYN, or on entering SYN-RECEIVED
+    /// from SYN-SENT. SND.NXT is never rewound for it: an ACK of ISS+1 may be on its way
+    /// (or already in the same receive batch) and must stay acceptable.
+    pub(super) syn_due: bool,
+}
+
 impl Tcb {
     /// The earliest instant at which [`Tcb::handle_timeout`] has work to do. `None` while
     /// fused: a fused connection runs no timer at all (see `fusion.rs`).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.fused {
+        if self.fusion.is_fused() {
             return None;
         }
         self.timers.next().map(|(_, at)| at)
@@ -167,7 +190,7 @@ impl Tcb {
     /// looked at only when its turn comes, after the handlers before it ran. Does
     /// nothing while fused.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.fused {
+        if self.fusion.is_fused() {
             return;
         }
         for timer in Timer::ALL {
@@ -196,12 +219,12 @@ impl Tcb {
             },
             // RFC 9293 §3.8.6.3: the delayed ACK goes now.
             Timer::DelayedAck => {
-                self.ack_now = true;
+                self.ack.due = true;
                 self.stats.acks_delayed += 1;
             }
             // The cork limit passed: output sends the held partial segment, pushed
             // (Linux's probe path marks PSH, MSG_MORE or not).
-            Timer::Cork => self.nopush_end = None,
+            Timer::Cork => self.tx.nopush_end = None,
             // RFC 8985 §6.3 reorder timer and §7.2 probe timeout (`rack.rs`); a probe due
             // with the RTO goes first and rearms it.
             Timer::RackReorder => self.rack_on_reorder_timeout(now),
@@ -231,7 +254,7 @@ impl Tcb {
     /// time rather than at the next backed-off timeout.
     pub(super) fn rtx_due(&self, now: Instant) -> Instant {
         let t = now + self.rtt.rto();
-        match (self.user_timeout, self.rtx_series_start) {
+        match (self.sockopt.user_timeout, self.retry.series_start) {
             (Some(limit), Some(start)) => t.min((start + limit).max(now)),
             _ => t,
         }
@@ -239,12 +262,15 @@ impl Tcb {
 
     /// RFC 6298 §5.4-5.7 and RFC 5681 §3.1: the retransmission timer expired.
     fn on_retransmit_timeout(&mut self, now: Instant) {
-        let series_start = *self.rtx_series_start.get_or_insert(now);
+        let series_start = *self.retry.series_start.get_or_insert(now);
         let elapsed = now.saturating_duration_since(series_start);
         match self.state {
             State::SynSent | State::SynReceived => {
                 // R2 for a SYN (RFC 9293 §3.8.3, MUST-20/21).
-                let limit = self.user_timeout.unwrap_or(self.settings.abort_cinterval);
+                let limit = self
+                    .sockopt
+                    .user_timeout
+                    .unwrap_or(self.settings.abort_cinterval);
                 if elapsed >= limit {
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
                     self.fail(e);
@@ -257,19 +283,22 @@ impl Tcb {
                     self.negative_advice = true;
                 }
                 self.stats.timeouts += 1;
-                self.syn_retransmitted = true;
-                self.rtt_timed = None;
+                self.retry.syn_retransmitted = true;
+                self.rtt.timed = None;
                 // Output resends the SYN (or SYN,ACK); SND.NXT stays at ISS+1, so an ACK
                 // of the first one that crosses the retransmission is still acceptable.
-                self.syn_due = true;
+                self.retry.syn_due = true;
             }
             State::Closed | State::Listen | State::TimeWait => {}
             _ => {
-                if self.snd_una == self.snd_nxt {
+                if self.snd.una == self.snd.nxt {
                     return;
                 }
                 // R2 (RFC 9293 §3.8.3) or TCP_USER_TIMEOUT (RFC 5482).
-                let limit = self.user_timeout.unwrap_or(self.settings.abort_interval);
+                let limit = self
+                    .sockopt
+                    .user_timeout
+                    .unwrap_or(self.settings.abort_interval);
                 if elapsed >= limit {
                     // A soft error seen meanwhile explains the timeout better.
                     let e = self.soft_error.unwrap_or(TcpError::TimedOut);
@@ -279,10 +308,10 @@ impl Tcb {
                 self.stats.timeouts += 1;
                 // RFC 5681 §3.1 eq. (4): ssthresh only on the first timeout of a series
                 // (a later one finds cwnd still at the loss window: no ACK came since).
-                if !self.rto_reduced {
+                if !self.loss.rto_reduced {
                     let flight = self.in_flight();
                     self.cc.on_rto(now, flight);
-                    self.rto_reduced = true;
+                    self.loss.rto_reduced = true;
                 }
                 self.rtt.back_off();
                 // R1 (RFC 9293 §3.8.3, RFC 1122 §4.2.3.5): three retransmissions.
@@ -297,14 +326,14 @@ impl Tcb {
                     // those segments lost as well (RFC 8985 §6.3).
                     self.rack.clear_sacked();
                 }
-                self.ts_rtt_floor = Some(self.ts_now(now));
-                self.recovery = Recovery::Loss;
+                self.rtt.ts_floor = Some(self.ts_now(now));
+                self.loss.phase = Recovery::Loss;
                 self.rack_on_rto();
-                self.recover = self.snd_nxt;
-                self.high_rxt = self.snd_una;
-                self.dupacks = 0;
-                self.rtt_timed = None;
-                self.rtx_head = true;
+                self.loss.recover = self.snd.nxt;
+                self.loss.high_rxt = self.snd.una;
+                self.loss.dupacks = 0;
+                self.rtt.timed = None;
+                self.loss.rtx_head = true;
             }
         }
         // Output retransmits and rearms the timer with the backed-off RTO.
@@ -316,26 +345,29 @@ impl Tcb {
         if !self.state.may_have_outstanding() {
             return;
         }
-        let limit = self.user_timeout.unwrap_or(self.settings.abort_interval);
-        if self.persist_backoff > 0 && now.saturating_duration_since(self.last_rcv) >= limit {
+        let limit = self
+            .sockopt
+            .user_timeout
+            .unwrap_or(self.settings.abort_interval);
+        if self.retry.persist_backoff > 0 && now.saturating_duration_since(self.last_rcv) >= limit {
             self.fail(TcpError::TimedOut);
             return;
         }
         // An orphan (the application closed it) may not hold its buffers forever against
         // a peer that answers probes but never opens its window (Linux: tcp_orphan_retries).
-        if self.app_closed && self.persist_backoff >= ORPHAN_PROBES {
+        if self.app_closed && self.retry.persist_backoff >= ORPHAN_PROBES {
             self.fail(TcpError::TimedOut);
             return;
         }
-        self.probe_pending = true;
-        self.persist_backoff = self.persist_backoff.saturating_add(1);
+        self.retry.probe_pending = true;
+        self.retry.persist_backoff = self.retry.persist_backoff.saturating_add(1);
         // Re-armed by output while the window stays closed.
         self.arm_persist(now);
     }
 
     /// RFC 9293 §3.8.4 (MUST-24..26: off by default, at least two hours idle).
     fn on_keepalive_timeout(&mut self, now: Instant) {
-        if !self.keepalive
+        if !self.sockopt.keepalive
             || !matches!(
                 self.state,
                 State::Established | State::CloseWait | State::FinWait2
@@ -344,35 +376,35 @@ impl Tcb {
             return;
         }
         let idle = now.saturating_duration_since(self.last_rcv);
-        if self.keepalive_sent == 0 && idle < self.settings.keepalive_idle {
+        if self.retry.keepalive_sent == 0 && idle < self.settings.keepalive_idle {
             self.timers.set(
                 Timer::Keepalive,
                 self.last_rcv + self.settings.keepalive_idle,
             );
             return;
         }
-        if self.snd_una != self.snd_nxt {
+        if self.snd.una != self.snd.nxt {
             // Data is outstanding: the retransmission timer watches the connection.
             self.timers
                 .set(Timer::Keepalive, now + self.settings.keepalive_idle);
             return;
         }
-        if self.keepalive_sent >= self.settings.keepalive_probes {
+        if self.retry.keepalive_sent >= self.settings.keepalive_probes {
             // Given up: ETIMEDOUT, and a RST to the peer in case it is alive after all
             // but cannot answer (as Linux's tcp_keepalive_timer: tcp_send_active_reset,
             // then tcp_write_err). The RST leaves from output, as an abort's does.
             self.error = Some(TcpError::TimedOut);
             self.events.insert(super::Events::ERROR);
-            self.snd_buf.clear();
-            self.ooo.clear();
+            self.snd.buf.clear();
+            self.rcv.ooo.clear();
             self.rst_pending = true;
             self.count_close_transition();
             self.state = State::Closed;
             self.clear_timers();
             return;
         }
-        self.keepalive_sent += 1;
-        self.probe_pending = true;
+        self.retry.keepalive_sent += 1;
+        self.retry.probe_pending = true;
         self.timers
             .set(Timer::Keepalive, now + self.settings.keepalive_intvl);
     }
@@ -515,7 +547,7 @@ mod tests {
             (State::Established, State::Established)
         );
         assert!(
-            a.sack_ok && a.settings.tlp,
+            a.opts.sack_ok && a.settings.tlp,
             "the test needs the probe timeout"
         );
         (a, b)
@@ -549,8 +581,8 @@ mod tests {
         assert!(a.rack.tlp_pending, "the probe timeout ran");
         assert_eq!(a.timers.get(Timer::Retransmit), Some(a.rtx_due(due)));
         assert!(a.timers.get(Timer::Retransmit) > Some(due));
-        assert_eq!(a.persist_backoff, 1, "the persist timer ran");
-        assert!(a.probe_pending);
+        assert_eq!(a.retry.persist_backoff, 1, "the persist timer ran");
+        assert!(a.retry.probe_pending);
         assert!(
             a.timers.get(Timer::Persist) > Some(due),
             "and rearmed itself"
@@ -589,7 +621,7 @@ mod tests {
         assert_eq!(a.state(), State::Closed);
         assert!(a.poll_events().contains(Events::CLOSED));
         assert_eq!(a.stats().acks_delayed, 0, "the delayed ACK did not run");
-        assert_eq!(a.persist_backoff, 0, "the persist timer did not run");
+        assert_eq!(a.retry.persist_backoff, 0, "the persist timer did not run");
         assert_eq!(a.poll_timeout(), None);
     }
 
@@ -609,7 +641,7 @@ mod tests {
         a.handle_timeout(due);
         assert_eq!(a.state(), State::Closed);
         assert_eq!(a.error, Some(TcpError::TimedOut));
-        assert_eq!(a.persist_backoff, 0, "the persist timer did not run");
-        assert!(!a.probe_pending);
+        assert_eq!(a.retry.persist_backoff, 0, "the persist timer did not run");
+        assert!(!a.retry.probe_pending);
     }
 }

@@ -191,7 +191,7 @@ impl StackBuilder {
                     h.refresh(&self.params);
                     h
                 },
-                tcp_set: RwLock::new(TcpSettings::from_params(&self.params)),
+                tcp_set: RwLock::new(Arc::new(TcpSettings::from_params(&self.params))),
                 tx_cfg: RwLock::new(txq::TxConfig::from_params(&self.params)),
                 tx_gen: AtomicU64::new(0),
                 squeues,

@@ -101,7 +101,7 @@ pub struct StackInner {
     /// The tunables the data path reads (per write, per segment), mirrored from `params`
     /// by `set_param` so that path never takes the params lock.
     pub(crate) hot: HotParams,
-    tcp_set: RwLock<TcpSettings>,
+    tcp_set: RwLock<Arc<TcpSettings>>,
     /// The transmit side's settings (`txq.rs`), and a generation the squeues compare
     /// with theirs to pick up a change.
     tx_cfg: RwLock<txq::TxConfig>,
@@ -190,11 +190,8 @@ impl StackInner {
             .clone()
     }
 
-    pub(crate) fn tcp_settings(&self) -> TcpSettings {
-        self.tcp_set
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    pub(crate) fn tcp_settings(&self) -> Arc<TcpSettings> {
+        Arc::clone(&self.tcp_set.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Is `a` loopback or one of our addresses?
@@ -355,7 +352,7 @@ impl Stack {
             .inner
             .tcp_set
             .write()
-            .unwrap_or_else(|e| e.into_inner()) = TcpSettings::from_params(&p);
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(TcpSettings::from_params(&p));
         *self.inner.tx_cfg.write().unwrap_or_else(|e| e.into_inner()) =
             txq::TxConfig::from_params(&p);
         self.inner.tx_gen.fetch_add(1, Ordering::Relaxed);

@@ -66,7 +66,7 @@ impl Context for SqueueContext<'_> {
         &self.stack.isn
     }
 
-    fn settings(&self) -> TcpSettings {
+    fn settings(&self) -> Arc<TcpSettings> {
         self.stack.tcp_settings()
     }
 
