@@ -1280,7 +1280,7 @@ fn out_of_order_segment_acked_at_once_with_sack() {
     assert_eq!(blocks(&a), vec![(off + 1000, off + 2000)]);
 }
 
-/// Memory (issue 20): the out-of-order store (RFC 9293 §3.10.7.4: segments beyond
+/// Memory: the out-of-order store (RFC 9293 §3.10.7.4: segments beyond
 /// RCV.NXT "held for later processing"), with an out-of-order FIN and the SACK block
 /// order of RFC 2018 §4, is allocated by the first segment held and dropped once the
 /// holes are filled; the data reads back exactly, and the next hole allocates it again.

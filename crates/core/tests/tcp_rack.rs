@@ -493,7 +493,7 @@ fn loss_inside_merged_records_is_repaired_without_rto() {
     assert_eq!(o.tcb.stats().timeouts, 0, "needed an RTO");
 }
 
-/// Memory (issue 20): an established connection that has sent no data holds none of the
+/// Memory: an established connection that has sent no data holds none of the
 /// state allocated on first use: RACK's per-segment records (RFC 8985 §5.2), the SACK
 /// scoreboard (RFC 6675 §3), PRR's episode (RFC 9937 §6.1), the out-of-order store, the
 /// chronographs.
@@ -510,7 +510,7 @@ fn established_connection_holds_no_lazy_state() {
     assert_eq!(pair.b().lazy_state(), LazyState::default());
 }
 
-/// Memory (issue 20): after a SACK loss recovery (RACK detects the loss, PRR paces the
+/// Memory: after a SACK loss recovery (RACK detects the loss, PRR paces the
 /// repair), once everything is acknowledged the sender drops the scoreboard and PRR's
 /// episode (RACK's records box is reset in place: `racks_box_is_reset_in_place_when_idle`),
 /// and the receiver its out-of-order store; the next data needs no scoreboard. Every byte
@@ -578,7 +578,7 @@ fn loss_state_is_dropped_when_idle_and_allocated_again_when_data_flows() {
     );
 }
 
-/// Cost (issue 20): once everything is acknowledged RACK's busy-period box stays, reset
+/// Cost: once everything is acknowledged RACK's busy-period box stays, reset
 /// in place (a request/response connection is idle after every exchange, and freeing
 /// the box would cost an allocation and a free per round trip on both ends).
 #[test]
@@ -601,7 +601,7 @@ fn racks_box_is_reset_in_place_when_idle() {
     assert_eq!(got, [vec![0u8; 100], vec![1; 100], vec![2; 100]].concat());
 }
 
-/// Memory (issue 20): what every connection carries stays small (it was 2,024 bytes
+/// Memory: what every connection carries stays small (it was 2,024 bytes
 /// before the state used only while data flows was allocated on first use, and 1,600
 /// before the tunables were shared between connections).
 #[cfg(target_pointer_width = "64")]

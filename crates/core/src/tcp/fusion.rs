@@ -330,7 +330,7 @@ impl Tcb {
         self.stats.bytes_out += n as u64;
         self.stats.data_segs_out += 1;
         self.stats.segs_out += 1;
-        self.tx.last_data_sent = now;
+        self.tx.note_data_sent(now);
         self.take_fused_window(edge);
         Ok(n)
     }
@@ -511,7 +511,7 @@ impl Tcb {
         self.loss.dupacks = 0;
         self.loss.reno_cwnd = 0;
         self.loss.rtx_head = false;
-        self.tx.cwnd_blocked = false;
+        self.tx.forget_cwnd_blocked();
         self.loss.rto_reduced = false;
     }
 }
@@ -735,7 +735,7 @@ mod tests {
                     assert_eq!(r.stats.bytes_in, before.1.bytes_in + n as u64);
                     assert_eq!(r.stats.segs_in, before.1.segs_in + 1);
                     assert!(r.poll_events().contains(Events::READABLE));
-                    assert_eq!(w.tx.last_data_sent, now);
+                    assert_eq!(w.tx.last_data_sent(), now);
                     assert_eq!(r.rcv.last_data, now);
                 }
             }

@@ -607,7 +607,7 @@ impl Tcb {
 
         if acked > 0 {
             // A transmit opportunity outside the write: MSG_MORE's hold ends here.
-            self.tx.more = false;
+            self.tx.end_more_hold();
             let delivered = acked.saturating_sub(delivered_before);
             self.on_new_ack(now, seg, ack, (acked, delivered), prior_in_flight);
         } else if ack == self.snd.una && self.snd.una != self.snd.nxt {
@@ -749,14 +749,9 @@ impl Tcb {
     fn cc_on_ack(&mut self, now: Instant, acked: u32, prior_in_flight: u32, ack: SeqNum) {
         let cwnd = self.cc.cwnd();
         let mss = self.mss();
-        // RFC 7661 §4.1 idea, as Linux: cwnd is validated when output was blocked by it,
-        // when the flight nearly fills it, and in slow start while it is below twice the
-        // largest flight of the current round (an application that sent 5 segments of a
-        // 10-segment window does not earn a larger one).
-        let cwnd_limited = self.tx.cwnd_blocked
-            || prior_in_flight.saturating_add(2 * mss) >= cwnd
-            || (self.cc.in_slow_start() && self.tx.flight_peak.0.saturating_mul(2) > cwnd);
-        self.tx.cwnd_blocked = false;
+        let cwnd_limited =
+            self.tx
+                .take_cwnd_limited(prior_in_flight, mss, cwnd, self.cc.in_slow_start());
         let sample = AckSample {
             now,
             acked,

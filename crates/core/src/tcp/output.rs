@@ -72,31 +72,33 @@ impl Plan {
 
 /// Transmit-side state of one connection: what shapes the segments `poll_transmit`
 /// cuts (Nagle, cork, MSG_MORE, LSO, TCP Small Queues) and the bookkeeping of its
-/// bursts and of cwnd validation.
+/// bursts and of cwnd validation. Its fields are private to this file; the rest of the
+/// `Tcb` goes through the methods below and the transmit-shaping calls at the end of
+/// this file (`set_lso_max`, `set_tx_quota`, `set_nodelay`, `set_more`, `set_cork`).
 #[derive(Debug)]
 pub(super) struct Transmit {
     /// When new data was last sent (retransmissions do not count).
-    pub(super) last_data_sent: Instant,
+    last_data_sent: Instant,
     /// The current transmit burst (see `build`): its instant and the new-data segments
     /// sent in it so far.
-    pub(super) push_burst: (Instant, u32),
+    push_burst: (Instant, u32),
     /// The largest payload of one large segment (LSO); 0 or at most one MSS: off.
-    pub(super) lso_max: u32,
+    lso_max: u32,
     /// TCP Small Queues: new-data bytes the owner will still take (None: no limit).
-    pub(super) quota: Option<u32>,
+    quota: Option<u32>,
     /// New data was held back by `quota` since the owner last asked.
-    pub(super) quota_blocked: bool,
+    quota_blocked: bool,
     /// Output was blocked by cwnd since the last ACK (cwnd validation).
-    pub(super) cwnd_blocked: bool,
+    cwnd_blocked: bool,
     /// The largest flight since the round ending at the sequence number beside it was
     /// sent (cwnd validation in slow start, see `cc_on_ack`).
-    pub(super) flight_peak: (u32, SeqNum),
+    flight_peak: (u32, SeqNum),
     /// An explicit push (TCP_NODELAY set): the data buffered now leaves despite the cork.
-    pub(super) push_once: bool,
+    push_once: bool,
     /// MSG_MORE on the last write: its partial segment is held (see [`Tcb::set_more`]).
-    pub(super) more: bool,
+    more: bool,
     /// The end of data written with MSG_MORE: the segment ending there carries no PSH.
-    pub(super) nopush_end: Option<SeqNum>,
+    nopush_end: Option<SeqNum>,
 }
 
 impl Transmit {
@@ -115,6 +117,62 @@ impl Transmit {
             more: false,
             nopush_end: None,
         }
+    }
+
+    /// When new data was last sent.
+    pub(super) fn last_data_sent(&self) -> Instant {
+        self.last_data_sent
+    }
+
+    /// New data left by another path than a segment (a fused write).
+    pub(super) fn note_data_sent(&mut self, now: Instant) {
+        self.last_data_sent = now;
+    }
+
+    /// Whether the congestion window limited output since the last ACK, for cwnd
+    /// validation (RFC 7661 §4.1 idea, as Linux): output was blocked by it, the flight
+    /// before this ACK nearly filled it, or in slow start it is below twice the largest
+    /// flight of the current round (an application that sent 5 segments of a 10-segment
+    /// window does not earn a larger one). Starts the next ACK's record.
+    pub(super) fn take_cwnd_limited(
+        &mut self,
+        prior_in_flight: u32,
+        mss: u32,
+        cwnd: u32,
+        in_slow_start: bool,
+    ) -> bool {
+        let limited = self.cwnd_blocked
+            || prior_in_flight.saturating_add(2 * mss) >= cwnd
+            || (in_slow_start && self.flight_peak.0.saturating_mul(2) > cwnd);
+        self.cwnd_blocked = false;
+        limited
+    }
+
+    /// Forgets that cwnd blocked output (the recovery variables are being reset).
+    pub(super) fn forget_cwnd_blocked(&mut self) {
+        self.cwnd_blocked = false;
+    }
+
+    /// The writes are marked MSG_MORE: their partial segment is held.
+    pub(super) fn more(&self) -> bool {
+        self.more
+    }
+
+    /// A transmit opportunity outside the write (new data acknowledged): MSG_MORE's
+    /// hold ends.
+    pub(super) fn end_more_hold(&mut self) {
+        self.more = false;
+    }
+
+    /// A write ended at sequence `end`: under MSG_MORE the segment ending there carries
+    /// no PSH.
+    pub(super) fn note_write_end(&mut self, end: SeqNum) {
+        self.nopush_end = self.more.then_some(end);
+    }
+
+    /// The cork limit passed: the held segment goes out pushed.
+    pub(super) fn cork_expired(&mut self) {
+        self.nopush_end = None;
     }
 }
 
@@ -952,6 +1010,83 @@ impl Tcb {
             repr,
             payload,
             gso_size,
+        }
+    }
+}
+
+/// The application's calls that shape what is sent (LSO size, TCP Small Queues,
+/// TCP_NODELAY, MSG_MORE, TCP_CORK).
+impl Tcb {
+    /// The largest payload of one large segment this connection may emit (LSO, per route
+    /// or device; [`crate::tcp::LSO_MAX`] at most). 0, or no more than one MSS, turns
+    /// large segments off: every segment carries at most one MSS.
+    pub fn set_lso_max(&mut self, bytes: u32) {
+        self.tx.lso_max = bytes.min(super::LSO_MAX);
+    }
+
+    /// TCP Small Queues: `Some(q)` lets new-data segments out only while `q > 0`, each
+    /// carrying at most `max(q, one MSS)` bytes, and takes each one's payload off `q`;
+    /// retransmissions, ACKs, SYN, RST, probes and a FIN without data are never held.
+    /// `None`: no limit.
+    pub fn set_tx_quota(&mut self, quota: Option<u32>) {
+        self.tx.quota = quota;
+    }
+
+    /// The quota left ([`Tcb::set_tx_quota`]).
+    pub fn tx_quota(&self) -> Option<u32> {
+        self.tx.quota
+    }
+
+    /// True once after new data was held back by the transmit quota: the owner should
+    /// raise the quota and flush again when its queue drains.
+    pub fn take_tx_quota_blocked(&mut self) -> bool {
+        core::mem::take(&mut self.tx.quota_blocked)
+    }
+
+    /// TCP_NODELAY: disable Nagle (RFC 896). Turning it on also pushes what is buffered
+    /// now, even while corked (Linux semantics: setting TCP_NODELAY is an explicit push;
+    /// the cork stays for later writes).
+    pub fn set_nodelay(&mut self, on: bool) {
+        self.sockopt.nodelay = on;
+        if on && self.send_unsent() > 0 {
+            self.tx.push_once = true;
+        }
+    }
+
+    /// MSG_MORE (Linux semantics) for the writes that follow while `on`: the partial
+    /// segment they leave is held like a corked one, until a write without MSG_MORE, the
+    /// next acknowledgment of new data (the next transmit opportunity outside the write
+    /// itself, where Nagle's rule applies again), an explicit push, or
+    /// `tcp_cork_interval`; the segment ending such a write carries no PSH.
+    pub fn set_more(&mut self, now: Instant, on: bool) {
+        self.tx.more = on;
+        if on && self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
+            self.timers
+                .set(Timer::Cork, now + self.settings.cork_interval);
+        }
+        if !on {
+            // The writer's data is complete: its end is a push point again.
+            self.tx.nopush_end = None;
+            if !self.sockopt.cork {
+                self.timers.stop(Timer::Cork);
+            }
+        }
+    }
+
+    /// TCP_CORK (Linux semantics): while on, partial segments wait until the cork is
+    /// removed or `tcp_cork_interval` passes.
+    pub fn set_cork(&mut self, now: Instant, on: bool) {
+        self.sockopt.cork = on;
+        if on {
+            // A new cork holds what comes next; an earlier TCP_NODELAY push that the
+            // window has not let out yet does not carry over to it.
+            self.tx.push_once = false;
+            if self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
+                self.timers
+                    .set(Timer::Cork, now + self.settings.cork_interval);
+            }
+        } else {
+            self.timers.stop(Timer::Cork);
         }
     }
 }

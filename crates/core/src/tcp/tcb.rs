@@ -2,7 +2,8 @@
 //!
 //! This file holds the `Tcb`, its constructors (active and passive open), the
 //! application calls (send, recv, shutdown, close, abort, options) and accessors. Segment
-//! arrival is in `input.rs`, segment generation in `output.rs`, timers in `timers.rs`.
+//! arrival is in `input.rs`, segment generation in `output.rs` (with the calls that shape
+//! it: LSO size, TCP Small Queues, TCP_NODELAY, MSG_MORE, TCP_CORK), timers in `timers.rs`.
 //! The `Tcb`'s state is grouped by concern, each group declared in the file that owns
 //! it (see [`Tcb`]); the invariants of the send and receive sides are stated in
 //! `send.rs` and `receive.rs`.
@@ -255,9 +256,9 @@ pub(super) struct SocketOptions {
 ///
 /// Its state is grouped by concern, each group declared in the file that owns it:
 /// `snd` (`send.rs`), `rcv` (`receive.rs`), `opts` (`options.rs`), `ack` (`ack.rs`),
-/// `loss` (`loss.phase.rs`), `tx` (`output.rs`), `timers` and `retry` (`timers.rs`),
-/// `fusion` (`fusion.rs`, its fields private there), and the components with files
-/// of their own: `cc`, `rtt`, `sb`, `rack`, `prr`, `info_state`.
+/// `loss` (`recovery.rs`), `tx` (`output.rs`, its fields private there), `timers` and
+/// `retry` (`timers.rs`), `fusion` (`fusion.rs`, its fields private there), and the
+/// components with files of their own: `cc`, `rtt`, `sb`, `rack`, `prr`, `info_state`.
 #[derive(Debug)]
 pub struct Tcb {
     pub(super) local: SocketAddrV4,
@@ -561,7 +562,7 @@ impl Tcb {
         if self.settings.slow_start_after_idle
             && self.snd.una == self.snd.nxt
             && self.state.is_synchronized()
-            && now.saturating_duration_since(self.tx.last_data_sent) > self.rtt.rto()
+            && now.saturating_duration_since(self.tx.last_data_sent()) > self.rtt.rto()
             && self.stats.data_segs_out > 0
         {
             self.cc.on_idle_restart(now);
@@ -570,14 +571,12 @@ impl Tcb {
         if urgent {
             self.snd.up = Some(self.snd.buf_seq + self.snd.buf.len() as u32);
         }
-        if (self.sockopt.cork || self.tx.more) && !self.timers.is_armed(Timer::Cork) {
+        if (self.sockopt.cork || self.tx.more()) && !self.timers.is_armed(Timer::Cork) {
             self.timers
                 .set(Timer::Cork, now + self.settings.cork_interval);
         }
-        self.tx.nopush_end = self
-            .tx
-            .more
-            .then(|| self.snd.buf_seq + self.snd.buf.len() as u32);
+        self.tx
+            .note_write_end(self.snd.buf_seq + self.snd.buf.len() as u32);
         Ok(n)
     }
 
@@ -818,21 +817,6 @@ impl Tcb {
         self.enter_closed();
     }
 
-    /// The largest payload of one large segment this connection may emit (LSO, per route
-    /// or device; [`crate::tcp::LSO_MAX`] at most). 0, or no more than one MSS, turns
-    /// large segments off: every segment carries at most one MSS.
-    pub fn set_lso_max(&mut self, bytes: u32) {
-        self.tx.lso_max = bytes.min(super::LSO_MAX);
-    }
-
-    /// TCP Small Queues: `Some(q)` lets new-data segments out only while `q > 0`, each
-    /// carrying at most `max(q, one MSS)` bytes, and takes each one's payload off `q`;
-    /// retransmissions, ACKs, SYN, RST, probes and a FIN without data are never held.
-    /// `None`: no limit.
-    pub fn set_tx_quota(&mut self, quota: Option<u32>) {
-        self.tx.quota = quota;
-    }
-
     /// The rate to pace this connection at, bits per second: cwnd per smoothed RTT,
     /// twice that in slow start and 1.2 times after, so pacing never holds the window
     /// back (the factors Linux uses). `None` before the first RTT sample.
@@ -846,64 +830,6 @@ impl Tcb {
         };
         let bps = cwnd * 8 * 1_000_000_000 * pct / 100 / srtt.as_nanos().max(1);
         Some(u64::try_from(bps).unwrap_or(u64::MAX).max(1))
-    }
-
-    /// The quota left ([`Tcb::set_tx_quota`]).
-    pub fn tx_quota(&self) -> Option<u32> {
-        self.tx.quota
-    }
-
-    /// True once after new data was held back by the transmit quota: the owner should
-    /// raise the quota and flush again when its queue drains.
-    pub fn take_tx_quota_blocked(&mut self) -> bool {
-        core::mem::take(&mut self.tx.quota_blocked)
-    }
-
-    /// TCP_NODELAY: disable Nagle (RFC 896). Turning it on also pushes what is buffered
-    /// now, even while corked (Linux semantics: setting TCP_NODELAY is an explicit push;
-    /// the cork stays for later writes).
-    pub fn set_nodelay(&mut self, on: bool) {
-        self.sockopt.nodelay = on;
-        if on && self.send_unsent() > 0 {
-            self.tx.push_once = true;
-        }
-    }
-
-    /// MSG_MORE (Linux semantics) for the writes that follow while `on`: the partial
-    /// segment they leave is held like a corked one, until a write without MSG_MORE, the
-    /// next acknowledgment of new data (the next transmit opportunity outside the write
-    /// itself, where Nagle's rule applies again), an explicit push, or
-    /// `tcp_cork_interval`; the segment ending such a write carries no PSH.
-    pub fn set_more(&mut self, now: Instant, on: bool) {
-        self.tx.more = on;
-        if on && self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
-            self.timers
-                .set(Timer::Cork, now + self.settings.cork_interval);
-        }
-        if !on {
-            // The writer's data is complete: its end is a push point again.
-            self.tx.nopush_end = None;
-            if !self.sockopt.cork {
-                self.timers.stop(Timer::Cork);
-            }
-        }
-    }
-
-    /// TCP_CORK (Linux semantics): while on, partial segments wait until the cork is
-    /// removed or `tcp_cork_interval` passes.
-    pub fn set_cork(&mut self, now: Instant, on: bool) {
-        self.sockopt.cork = on;
-        if on {
-            // A new cork holds what comes next; an earlier TCP_NODELAY push that the
-            // window has not let out yet does not carry over to it.
-            self.tx.push_once = false;
-            if self.send_unsent() > 0 && !self.timers.is_armed(Timer::Cork) {
-                self.timers
-                    .set(Timer::Cork, now + self.settings.cork_interval);
-            }
-        } else {
-            self.timers.stop(Timer::Cork);
-        }
     }
 
     /// TCP_CONGESTION: choose this connection's congestion control (the
@@ -1135,9 +1061,9 @@ impl Tcb {
         &self.stats
     }
 
-    /// Which parts of the state that are allocated on first use are held now (issue 20:
-    /// an idle connection, and every fused one, carries only null pointers for most of
-    /// them). For tests and memory accounting.
+    /// Which parts of the state that are allocated on first use are held now (an idle
+    /// connection, and every fused one, carries only null pointers for most of them).
+    /// For tests and memory accounting.
     pub fn lazy_state(&self) -> LazyState {
         let (rack_records, rack_rtx_memory, rack_undo) = self.rack.allocated();
         LazyState {
@@ -1234,7 +1160,7 @@ impl Tcb {
             user_mss: self.opts.user_mss,
             window_scaling: self.opts.ws_ok,
             last_data_recv: self.rcv.last_data,
-            last_data_sent: self.tx.last_data_sent,
+            last_data_sent: self.tx.last_data_sent(),
             bytes_received: self.rcv.off,
             probes: self.retry.persist_backoff.max(self.retry.keepalive_sent),
             lost: self.lost_segments(),

@@ -224,7 +224,7 @@ impl Tcb {
             }
             // The cork limit passed: output sends the held partial segment, pushed
             // (Linux's probe path marks PSH, MSG_MORE or not).
-            Timer::Cork => self.tx.nopush_end = None,
+            Timer::Cork => self.tx.cork_expired(),
             // RFC 8985 §6.3 reorder timer and §7.2 probe timeout (`rack.rs`); a probe due
             // with the RTO goes first and rearms it.
             Timer::RackReorder => self.rack_on_reorder_timeout(now),

@@ -126,7 +126,7 @@ pub(crate) struct Segment {
     pub dst: Ipv4Addr,
     /// TCP header and payload. A `Vec`, not a shared buffer: measured on the bench's
     /// two-thread rr, a `bytes::Bytes` here cost 13-19 % of the p50 over loopback and
-    /// the wire (see docs/PERFORMANCE.md, issue 20 stages 3 and 4).
+    /// the wire (see docs/PERFORMANCE.md, "What the runtime's new layout ... cost").
     pub bytes: Vec<u8>,
     /// Checksum known good (loopback: never computed, as Linux `lo`; device segments
     /// coalesced on receive: verified piece by piece).
