@@ -1,0 +1,1 @@
+//! Scenarios for `ember run`: each runs with and without the preload library.
