@@ -6,6 +6,7 @@
 //! * `ember serve` — ember on a real link (TAP or AF_PACKET), serving ICMP echo, echo,
 //!   discard, chargen, HTTP/1.1 and iperf3 to the kernel's tools.
 //! * `ember client` — ember's HTTP and bulk clients on a real link.
+//! * `ember run -- PROGRAM` — an unmodified program with ember's preload library.
 //! * `ember conformance packetdrill` — the packetdrill corpus against ember, scored.
 //! * `ember ndd`, `ember kstat`, `ember netstat`, `ember ls` — tunables, counters and
 //!   connections of running stacks, through their control sockets (`ctl.rs`).
@@ -15,6 +16,7 @@ mod client;
 mod conformance;
 mod ctl;
 mod link;
+mod run;
 mod serve;
 mod sim;
 
@@ -57,6 +59,9 @@ enum Cmd {
     Netstat(ctl::NetstatArgs),
     /// The running ember stacks (their control sockets).
     Ls,
+    /// Run a program with ember's preload library: its TCP connections to other
+    /// programs under `ember run` on this host are fused.
+    Run(run::RunArgs),
 }
 
 #[derive(Subcommand)]
@@ -79,5 +84,6 @@ fn main() -> ExitCode {
         Cmd::Kstat(a) => ctl::kstat(a),
         Cmd::Netstat(a) => ctl::netstat(a),
         Cmd::Ls => ctl::ls(),
+        Cmd::Run(a) => run::main(a),
     }
 }

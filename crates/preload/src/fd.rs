@@ -1,0 +1,138 @@
+//! Descriptor calls: `fcntl`, `fcntl64`, `ioctl` (variadic in C: their entry points are
+//! in `varargs.c`, which calls [`ember_fcntl`], [`ember_fcntl64`], [`ember_ioctl`]),
+//! `dup`, `dup2`, `dup3`, `close`, `close_range`, `closefrom`.
+//!
+//! They keep the descriptor table (`fdtab`) in step with the kernel's: a copy inherits
+//! its original's entry, a closed number loses its entry (before the kernel frees the
+//! number, so that a socket made at once under that number by another thread is not
+//! forgotten after it was tracked).
+
+use crate::fdtab;
+use crate::real::{real, Sym};
+use libc::{c_int, c_uint, c_ulong, c_void};
+
+mod next {
+    use super::*;
+    real! {
+        fn dup(fd: c_int) -> c_int;
+        fn dup2(old: c_int, new: c_int) -> c_int;
+        fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+        fn close(fd: c_int) -> c_int;
+        fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    }
+}
+
+type Variadic2 = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+type Ioctl = unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int;
+
+static FCNTL: Sym = Sym::new(c"fcntl");
+static FCNTL64: Sym = Sym::new(c"fcntl64");
+static IOCTL: Sym = Sym::new(c"ioctl");
+static CLOSEFROM: Sym = Sym::new(c"closefrom");
+
+fn fcntl_copies(cmd: c_int) -> bool {
+    cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC
+}
+
+fn call_fcntl(sym: &Sym, fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    let Some(a) = sym.get() else {
+        crate::errno::set(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: `a` is the C library's variadic `fcntl`/`fcntl64`, called with the
+    // caller's three arguments (the third read as the widest integer; glibc reads it
+    // with `va_arg` as the command requires).
+    let f: Variadic2 = unsafe { core::mem::transmute::<usize, Variadic2>(a) };
+    let r = unsafe { f(fd, cmd, arg) };
+    if r >= 0 && fcntl_copies(cmd) {
+        fdtab::copy(fd, r);
+    }
+    r
+}
+
+/// `fcntl`'s body (its variadic entry point is in `varargs.c`).
+#[no_mangle]
+pub extern "C" fn ember_fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    call_fcntl(&FCNTL, fd, cmd, arg)
+}
+
+/// `fcntl64`'s body (its variadic entry point is in `varargs.c`).
+#[no_mangle]
+pub extern "C" fn ember_fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    call_fcntl(&FCNTL64, fd, cmd, arg)
+}
+
+/// `ioctl`'s body (its variadic entry point is in `varargs.c`).
+#[no_mangle]
+pub unsafe extern "C" fn ember_ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+    let Some(a) = IOCTL.get() else {
+        crate::errno::set(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: `a` is the C library's variadic `ioctl`, called with the caller's three
+    // arguments.
+    let f: Ioctl = unsafe { core::mem::transmute::<usize, Ioctl>(a) };
+    unsafe { f(fd, req, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's argument, passed on.
+    let r = unsafe { next::dup(fd) };
+    if r >= 0 {
+        fdtab::copy(fd, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { next::dup2(old, new) };
+    if r >= 0 && old != new {
+        fdtab::copy(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { next::dup3(old, new, flags) };
+    if r >= 0 {
+        fdtab::copy(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    fdtab::forget(fd);
+    // SAFETY: the caller's argument, passed on.
+    unsafe { next::close(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        fdtab::forget_range(first, last);
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { next::close_range(first, last, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if let Ok(first) = u32::try_from(low) {
+        fdtab::forget_range(first, u32::MAX);
+    }
+    if let Some(a) = CLOSEFROM.get() {
+        // SAFETY: glibc's `void closefrom(int)`.
+        let f: unsafe extern "C" fn(c_int) = unsafe { core::mem::transmute(a) };
+        unsafe { f(low) }
+    } else {
+        // A C library without closefrom (before glibc 2.34): the kernel's close_range.
+        // SAFETY: a raw system call with integer arguments.
+        unsafe { libc::syscall(libc::SYS_close_range, low.max(0) as c_uint, c_uint::MAX, 0) };
+    }
+}
