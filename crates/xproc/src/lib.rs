@@ -6,6 +6,8 @@
 //!   the writer needs to run the core's `FusedFlow` against a reader in another process;
 //! * [`wake`]: the armed-flag wake-up protocol (a sleeper arms, fences and re-checks; a
 //!   publisher fences and wakes only an armed sleeper), independent of the transport;
+//! * [`registry`]: how processes under `ember run` find each other (listeners,
+//!   connection candidates, live processes), one shared file per user and namespace;
 //! * [`fuzz`]: an entry point for fuzzing the ring against a hostile peer.
 //!
 //! Shared memory is input: a peer process may be buggy or hostile, and nothing it
@@ -16,8 +18,9 @@
 //! ember-xproc --lib loom`.
 
 // `unsafe` only where shared memory is touched: `ring` (the header and the data copies),
-// `mem` (allocation and, in tests, guarded mappings) and `fuzz` (attaching a ring to a
-// heap block) allow it; every block has its `SAFETY:` reason, which clippy checks.
+// `mem` (allocation and, in tests, guarded mappings), `fuzz` (attaching a ring to a
+// heap block), and `registry` (mappings, raw system calls) allow it; every block
+// has its `SAFETY:` reason, which clippy checks.
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -25,6 +28,9 @@
 pub mod fuzz;
 #[cfg(any(test, not(loom)))]
 mod mem;
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+pub mod registry;
 pub mod ring;
 mod sync;
 pub mod wake;
