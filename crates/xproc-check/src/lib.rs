@@ -180,12 +180,12 @@ pub fn compare(a: &Transcript, b: &Transcript) -> Result<(), String> {
             ops.push((' ', x[i]));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || t[i][j + 1] >= t[i + 1][j]) {
-            ops.push(('+', y[j]));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || t[i + 1][j] >= t[i][j + 1]) {
             ops.push(('-', x[i]));
             i += 1;
+        } else {
+            ops.push(('+', y[j]));
+            j += 1;
         }
     }
     if ops.iter().all(|(c, _)| *c == ' ') {

@@ -901,3 +901,19 @@ pub fn recv_fd(sock: RawFd, t: Duration) -> R<Fd> {
         )))
     }
 }
+
+/// Binds `ip:port` with SO_REUSEADDR (port 0: the kernel picks) and listens; returns the
+/// socket and its port.
+pub fn listen_reuse(ip: IpAddr, port: u16) -> (Fd, u16) {
+    let fd = tcp_socket(ip).expect("socket");
+    setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).expect("SO_REUSEADDR");
+    let (ss, len) = sockaddr(SocketAddr::new(ip, port));
+    // SAFETY: ss/len describe a valid address.
+    let r = unsafe { libc::bind(fd.raw(), &ss as *const _ as *const libc::sockaddr, len) };
+    assert_eq!(r, 0, "bind {ip}:{port}: {}", errname(errno()));
+    // SAFETY: plain listen.
+    let r = unsafe { libc::listen(fd.raw(), 64) };
+    assert_eq!(r, 0, "listen: {}", errname(errno()));
+    let port = local_addr(fd.raw()).expect("getsockname").port();
+    (fd, port)
+}

@@ -8,6 +8,7 @@
 //! can be replayed with `ember-xproc-check run NAME --seed N`).
 
 use ember_xproc_check::{compare, run, scenarios, Transcript};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,12 @@ fn seed() -> u64 {
         .unwrap_or(1)
 }
 
+/// Says something in the test output even when the harness captures stdout (a direct write
+/// to stderr is not captured), for skips.
+fn notice(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
 /// Whether ::1 can be bound here (the IPv6 scenarios need it).
 fn ipv6_loopback() -> bool {
     std::net::TcpListener::bind("[::1]:0").is_ok()
@@ -38,7 +45,9 @@ fn runnable() -> Vec<&'static str> {
         .filter(|s| {
             let needs_v6 = *s == "stream-random-v6" || *s == "stream-random-mapped";
             if needs_v6 && !v6 {
-                println!("skipped {s}: no IPv6 loopback (::1 cannot be bound)");
+                notice(&format!(
+                    "skipped {s}: no IPv6 loopback (::1 cannot be bound)"
+                ));
             }
             !needs_v6 || v6
         })
@@ -97,7 +106,7 @@ fn every_scenario_is_deterministic_without_preload() {
 #[test]
 fn preload_library_gives_the_same_transcripts() {
     let Some(lib) = std::env::var_os("EMBER_XPROC_PRELOAD") else {
-        println!("skipped: EMBER_XPROC_PRELOAD is unset (no preload library to check)");
+        notice("preload_library_gives_the_same_transcripts: skipped: EMBER_XPROC_PRELOAD is unset (no preload library to compare against)");
         return;
     };
     let lib = PathBuf::from(lib);
@@ -189,4 +198,19 @@ fn harness_failures_and_timeouts_are_errors() {
     .expect_err("no timeout");
     assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
     assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_broken_preload_library_is_caught() {
+    // Built by build.rs: inverts the first byte of every sendmsg().
+    let lib = env!("EMBER_XPROC_FLIP_LIB");
+    if lib.is_empty() {
+        notice("a_broken_preload_library_is_caught: skipped: the flip library could not be built");
+        return;
+    }
+    let kernel = run_one("readv-writev", None).expect("readv-writev without a library");
+    let broken =
+        run_one("readv-writev", Some(Path::new(lib))).expect("readv-writev with the flip library");
+    let d = compare(&kernel, &broken).expect_err("a library that corrupts bytes passed the gate");
+    assert!(d.contains("equals: false"), "{d}");
 }

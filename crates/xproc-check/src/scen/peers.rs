@@ -23,6 +23,13 @@ pub const PEER_NOT_EMBER: Scenario = Scenario {
     coord: coord_not_ember,
     role: role_not_ember,
 };
+/// `stale-registry`.
+pub const STALE_REGISTRY: Scenario = Scenario {
+    name: "stale-registry",
+    about: "a listening process is SIGKILLed with a live connection: the peer gets EOF, the port refuses, a new process reuses the port",
+    coord: coord_stale,
+    role: role_stale,
+};
 /// `raw-syscall-client`.
 pub const RAW_SYSCALL_CLIENT: Scenario = Scenario {
     name: "raw-syscall-client",
@@ -324,6 +331,119 @@ fn role_raw(role: &str, a: &Args) {
                 raw_client(via, port, seed, what);
                 link.send("next");
             }
+        }
+        _ => unknown_role(role),
+    }
+}
+
+fn coord_stale(c: &mut Coord) {
+    let (kl, lk) = Link::pair();
+    let (kc, ck) = Link::pair();
+    let l = c.spawn(
+        "listener",
+        "listener",
+        &[],
+        vec![lk.into_fd()],
+        Env::Inherit,
+    );
+    c.spawn("client", "client", &[], vec![ck.into_fd()], Env::Inherit);
+    let port = kl.recv_num("port");
+    kc.send_num("port", port);
+    kl.expect("talked");
+    c.signal(l, libc::SIGKILL);
+    out!("listener killed: {}", c.wait(l));
+    kc.send("killed");
+    kc.expect("refused");
+    let (kl2, l2k) = Link::pair();
+    c.spawn(
+        "new listener",
+        "listener2",
+        &[format!("port={port}")],
+        vec![l2k.into_fd()],
+        Env::Inherit,
+    );
+    kl2.expect("listening");
+    kc.send("again");
+}
+
+fn role_stale(role: &str, a: &Args) {
+    let coord = a.link(0);
+    let seed = a.seed();
+    match role {
+        "listener" => {
+            let (l, port) = sys::listen_reuse(V4, 0);
+            coord.send_num("port", port as u64);
+            let s = sys::accept_within(l.raw(), sys::QUIET);
+            let (d, _) = sys::recv_exact(s.raw(), 5000);
+            out!("recv 5000 equal: {}", d == sys::pattern(seed, 1, 5000));
+            out!(
+                "send 5000: {}",
+                sys::show_unit(&sys::send_all(s.raw(), &sys::pattern(seed, 2, 5000)))
+            );
+            coord.send("talked");
+            // Killed here, with the listener and the connection open.
+            let _ = coord.recv_within(std::time::Duration::from_secs(30));
+            out!("was not killed");
+        }
+        "listener2" => {
+            let port = a.u64("port") as u16;
+            let (l, _) = sys::listen_reuse(V4, port);
+            out!("bound and listening on the same port");
+            coord.send("listening");
+            let s = sys::accept_within(l.raw(), sys::QUIET);
+            let (d, _) = sys::recv_exact(s.raw(), 10000);
+            out!("recv 10000 equal: {}", d == sys::pattern(seed, 3, 10000));
+            out!(
+                "send 10000: {}",
+                sys::show_unit(&sys::send_all(s.raw(), &sys::pattern(seed, 4, 10000)))
+            );
+            let (d, end) = sys::recv_to_end(s.raw());
+            out!("then {} bytes and {}", d.len(), sys::show_read(&end));
+        }
+        "client" => {
+            let port = coord.recv_num("port") as u16;
+            let c = sys::connect_to(V4, port).expect("connect");
+            let fd = c.raw();
+            out!(
+                "send 5000: {}",
+                sys::show_unit(&sys::send_all(fd, &sys::pattern(seed, 1, 5000)))
+            );
+            let (d, _) = sys::recv_exact(fd, 5000);
+            out!("recv 5000 equal: {}", d == sys::pattern(seed, 2, 5000));
+            coord.expect("killed");
+            let rev = sys::wait_revents(fd, sys::ALL_EV, libc::POLLRDHUP, sys::QUIET);
+            out!(
+                "after the listener's death: ready {}",
+                sys::evname(rev as u32)
+            );
+            let mut b = [0u8; 16];
+            out!(
+                "recv: {}",
+                sys::show_read(&sys::recv(fd, &mut b, libc::MSG_DONTWAIT))
+            );
+            out!("close: {}", sys::show_unit(&c.close()));
+            let r = sys::connect_to(V4, port).map(|_| ());
+            out!(
+                "connect to the dead listener's port: {}",
+                sys::show_unit(&r)
+            );
+            coord.send("refused");
+            coord.expect("again");
+            let c = sys::connect_to(V4, port).expect("connect to the new listener");
+            let fd = c.raw();
+            out!("connect to the new listener: ok");
+            out!(
+                "send 10000: {}",
+                sys::show_unit(&sys::send_all(fd, &sys::pattern(seed, 3, 10000)))
+            );
+            let (d, _) = sys::recv_exact(fd, 10000);
+            out!("recv 10000 equal: {}", d == sys::pattern(seed, 4, 10000));
+            out!(
+                "shutdown(SHUT_WR): {}",
+                sys::show_unit(&sys::shutdown(fd, libc::SHUT_WR))
+            );
+            let (d, end) = sys::recv_to_end(fd);
+            out!("then {} bytes and {}", d.len(), sys::show_read(&end));
         }
         _ => unknown_role(role),
     }

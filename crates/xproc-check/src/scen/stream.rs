@@ -45,6 +45,13 @@ pub const MAPPED: Scenario = Scenario {
     coord: coord_pair,
     role: role_mapped,
 };
+/// `stream-random-oob`.
+pub const RANDOM_OOB: Scenario = Scenario {
+    name: "stream-random-oob",
+    about: "the v4 random stream with random MSG_OOB sends both ways (SO_OOBINLINE on): unfuse points at random, order kept",
+    coord: coord_pair,
+    role: role_random_oob,
+};
 /// `oob`.
 pub const OOB: Scenario = Scenario {
     name: "oob",
@@ -68,13 +75,15 @@ struct Plan {
 fn plan(seed: u64) -> Plan {
     let mut r = Rng::new(seed, 77);
     let n = r.range(4, 8) as usize;
-    let cshut = r.range(0, n as u64 - 1) as usize;
-    let sshut = r.range(0, n as u64 - 1) as usize;
+    // Shutdowns fall in the second half, so most phases carry data both ways.
+    let cshut = r.range(n as u64 / 2, n as u64 - 1) as usize;
+    let sshut = r.range(n as u64 / 2, n as u64 - 1) as usize;
     let mut phases = Vec::new();
     for i in 0..n {
         let kind = r.range(0, 2);
-        let a = r.size(200_000);
-        let b = r.size(200_000);
+        // Sizes spread from 1 byte to 400 KB, biased upwards (the larger of two draws).
+        let a = r.size(400_000).max(r.size(400_000));
+        let b = r.size(400_000).max(r.size(400_000));
         let c2s = if kind != 1 && i <= cshut { a } else { 0 };
         let s2c = if kind != 0 && i <= sshut { b } else { 0 };
         let blocking = (c2s == 0 || s2c == 0) && r.chance(1, 2);
@@ -105,6 +114,7 @@ fn transfer(
     r: &mut Rng,
     got: &mut Vec<u8>,
     deadline: Instant,
+    oob: bool,
 ) -> Result<(), String> {
     set_mode(fd, !blocking, r);
     let mut sent = 0;
@@ -140,7 +150,15 @@ fn transfer(
         }
         if can_out {
             let want = r.size(65_536).min(out.len() - sent);
-            match send_any(fd, &out[sent..sent + want], r) {
+            let chunk = &out[sent..sent + want];
+            let res = if oob && r.chance(1, 6) {
+                // The chunk's last byte is urgent; with SO_OOBINLINE on both sides it stays in
+                // the stream, so the bytes and their order are unchanged.
+                sys::send(fd, chunk, libc::MSG_OOB | libc::MSG_NOSIGNAL)
+            } else {
+                send_any(fd, chunk, r)
+            };
+            match res {
                 Ok(k) => sent += k,
                 Err(libc::EAGAIN) | Err(libc::EINTR) => {}
                 Err(e) => {
@@ -158,6 +176,15 @@ fn transfer(
 
 /// One side of the random stream. `client` says which.
 pub fn stream_side(fd: RawFd, seed: u64, client: bool) {
+    stream_side_oob(fd, seed, client, false)
+}
+
+/// One side of the random stream; with `oob`, some sends are MSG_OOB (SO_OOBINLINE is on).
+pub fn stream_side_oob(fd: RawFd, seed: u64, client: bool, oob: bool) {
+    if oob {
+        let r = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_OOBINLINE, 1);
+        out!("SO_OOBINLINE=1: {}", sys::show_unit(&r));
+    }
     let p = plan(seed);
     let (my_shut, peer_shut) = if client {
         (p.cshut, p.sshut)
@@ -194,6 +221,7 @@ pub fn stream_side(fd: RawFd, seed: u64, client: bool) {
             &mut r,
             &mut got,
             deadline,
+            oob,
         ) {
             out!("phase {i} ({mode}): stream ended early: {e}");
             return;
@@ -266,6 +294,23 @@ fn stream_role(role: &str, a: &Args, ip: IpAddr) {
 
 fn role_v4(role: &str, a: &Args) {
     stream_role(role, a, V4)
+}
+
+fn role_random_oob(role: &str, a: &Args) {
+    let link = a.link(0);
+    match role {
+        "server" => {
+            let s = serve_one(&link, V4);
+            stream_side_oob(s.raw(), a.seed(), false, true);
+            link.send("done");
+        }
+        "client" => {
+            let c = connect_from(&link, V4);
+            stream_side_oob(c.raw(), a.seed(), true, true);
+            link.expect("done");
+        }
+        _ => unknown_role(role),
+    }
 }
 
 fn role_v6(role: &str, a: &Args) {
