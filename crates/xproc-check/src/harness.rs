@@ -316,6 +316,9 @@ pub fn fork_child(f: impl FnOnce()) -> (i32, Fd) {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", sys::errname(sys::errno()));
     if pid == 0 {
+        // The parent-death signal is not inherited across fork: set it again.
+        // SAFETY: plain prctl.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
         drop(r);
         crate::log::set_fd(w.raw());
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));

@@ -13,8 +13,11 @@
 //! implementation yields the same transcript every time, so the library is checked by running
 //! each scenario with and without it and comparing transcripts (`run`, `compare`).
 //!
-//! Plugging in the library: `run(.., preload: Some(path), ..)`, or set
-//! `EMBER_XPROC_PRELOAD=/path/to/lib.so` for the test suite.
+//! Plugging in the library: `run(.., preload: Some(path), ..)`, or for the test suite
+//! `EMBER_XPROC_PRELOAD=/path/to/lib.so cargo test --release -p ember-xproc-check`
+//! (`EMBER_XPROC_SEED=N` picks another seed for the random scenarios). By hand:
+//! `LD_PRELOAD=/path/to/lib.so ember-xproc-check run NAME --seed N` against the same command
+//! without it; `ember-xproc-check list -v` says what each scenario checks.
 
 pub mod harness;
 pub mod link;
