@@ -8,8 +8,10 @@
 //! forgotten after it was tracked).
 
 use crate::fdtab;
+use crate::fuse;
 use crate::real::{real, Sym};
 use libc::{c_int, c_uint, c_ulong, c_void};
+use std::sync::atomic::Ordering;
 
 mod next {
     use super::*;
@@ -46,6 +48,13 @@ fn call_fcntl(sym: &Sym, fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     let r = unsafe { f(fd, cmd, arg) };
     if r >= 0 && fcntl_copies(cmd) {
         fdtab::copy(fd, r);
+        fuse::duplicated(r);
+    }
+    if r >= 0 && cmd == libc::F_SETFL {
+        if let Some(c) = fuse::conn_of(fd) {
+            c.nonblock
+                .store(arg as c_int & libc::O_NONBLOCK != 0, Ordering::Relaxed);
+        }
     }
     r
 }
@@ -65,6 +74,28 @@ pub extern "C" fn ember_fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 /// `ioctl`'s body (its variadic entry point is in `varargs.c`).
 #[no_mangle]
 pub unsafe extern "C" fn ember_ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+    if !arg.is_null() {
+        if let Some(c) = fuse::conn_of(fd) {
+            // FIONREAD (= SIOCINQ) and SIOCOUTQ count the ring's bytes too.
+            if req == libc::FIONREAD as c_ulong {
+                let n = c.readable(fd);
+                // SAFETY: FIONREAD's argument is an int the caller provides.
+                unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as usize) as c_int };
+                return 0;
+            }
+            if req == libc::TIOCOUTQ as c_ulong {
+                let n = c.unsent(fd);
+                // SAFETY: SIOCOUTQ's argument is an int the caller provides.
+                unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as usize) as c_int };
+                return 0;
+            }
+            if req == libc::FIONBIO as c_ulong {
+                // SAFETY: FIONBIO's argument is an int the caller provides.
+                let on = unsafe { *arg.cast::<c_int>() } != 0;
+                c.nonblock.store(on, Ordering::Relaxed);
+            }
+        }
+    }
     let Some(a) = IOCTL.get() else {
         crate::errno::set(libc::ENOSYS);
         return -1;
@@ -81,35 +112,62 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     let r = unsafe { next::dup(fd) };
     if r >= 0 {
         fdtab::copy(fd, r);
+        fuse::duplicated(r);
     }
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old != new && fdtab::kind(old) != 0 {
+        // `new` is closed by the dup: its connection loses a descriptor.
+        forget_closing(new);
+    }
     // SAFETY: the caller's arguments, passed on.
     let r = unsafe { next::dup2(old, new) };
     if r >= 0 && old != new {
         fdtab::copy(old, r);
+        fuse::duplicated(r);
     }
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old != new {
+        forget_closing(new);
+    }
     // SAFETY: the caller's arguments, passed on.
     let r = unsafe { next::dup3(old, new, flags) };
     if r >= 0 {
         fdtab::copy(old, r);
+        fuse::duplicated(r);
     }
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    fdtab::forget(fd);
+    forget_closing(fd);
     // SAFETY: the caller's argument, passed on.
     unsafe { next::close(fd) }
+}
+
+/// `fd` is about to be closed: its connection (if any) loses a descriptor, a listener
+/// its registry record, and the table forgets it.
+fn forget_closing(fd: c_int) {
+    let k = fdtab::kind(fd);
+    if k != 0 {
+        crate::fuse::keep_errno(|| {
+            if let Some(i) = fdtab::conn_index(fd) {
+                fuse::closing(fd, i);
+            }
+            if k & fdtab::Kind::LISTENER != 0 {
+                fuse::listener_closing(fd);
+            }
+        });
+    }
+    fdtab::forget(fd);
 }
 
 #[no_mangle]
@@ -133,6 +191,6 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
     } else {
         // A C library without closefrom (before glibc 2.34): the kernel's close_range.
         // SAFETY: a raw system call with integer arguments.
-        unsafe { libc::syscall(libc::SYS_close_range, low.max(0) as c_uint, c_uint::MAX, 0) };
+        unsafe { crate::real::sc!(libc::SYS_close_range, low.max(0) as c_uint, c_uint::MAX, 0) };
     }
 }

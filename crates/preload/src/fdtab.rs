@@ -30,7 +30,8 @@ pub const CHUNK_LEN: usize = 1024;
 /// Chunks in the directory.
 pub const DIR_LEN: usize = 1024;
 
-/// Bits of an entry.
+/// Bits of an entry: the low 8 are [`Kind`] bits, the rest the index + 1 of the
+/// descriptor's fusable connection (`fuse::Proc::conns`), 0 for none.
 pub struct Kind;
 
 impl Kind {
@@ -158,6 +159,26 @@ pub fn forget(fd: libc::c_int) {
     }
 }
 
+/// Records that `fd`'s connection is number `i` of the process's connections.
+pub fn set_conn(fd: libc::c_int, i: usize) {
+    if let Some(e) = entry(fd) {
+        let k = e.load(Ordering::Relaxed) & 0xff;
+        let i = u32::try_from(i + 1).unwrap_or(0);
+        if i < 1 << 24 {
+            e.store(k | i << 8, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The index of `fd`'s connection, if it has one.
+#[inline]
+pub fn conn_index(fd: libc::c_int) -> Option<usize> {
+    match kind(fd) >> 8 {
+        0 => None,
+        i => Some(i as usize - 1),
+    }
+}
+
 /// `new` is a copy of `old` (`dup*`, `fcntl(F_DUPFD*)`).
 pub fn copy(old: libc::c_int, new: libc::c_int) {
     track(new, kind(old));
@@ -216,6 +237,18 @@ mod tests {
         // The whole range, including chunks never made, in a bounded walk.
         forget_range(0, u32::MAX);
         assert_eq!(kind(3001), 0);
+        // A connection index rides above the kind bits and is copied with them.
+        track(7, Kind::INET_STREAM);
+        assert_eq!(conn_index(7), None);
+        set_conn(7, 41);
+        assert_eq!(
+            (conn_index(7), kind(7) & 0xff),
+            (Some(41), Kind::INET_STREAM)
+        );
+        copy(7, 8);
+        assert_eq!(conn_index(8), Some(41));
+        forget(7);
+        assert_eq!(conn_index(7), None);
         // Out of the table's range: never tracked, never a fault.
         track(i32::MAX, Kind::INET_STREAM);
         assert_eq!(kind(i32::MAX), 0);

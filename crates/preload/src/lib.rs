@@ -40,6 +40,7 @@
 pub mod errno;
 pub mod fd;
 pub mod fdtab;
+pub mod fuse;
 pub mod io;
 pub mod process;
 mod real;

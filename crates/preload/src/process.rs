@@ -82,7 +82,7 @@ pass! {
 pub extern "C" fn ember_vfork_as_fork() -> pid_t {
     let mut p = [0 as c_int; 2];
     // SAFETY: `p` has room for the two descriptors.
-    let piped = unsafe { libc::syscall(libc::SYS_pipe2, p.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
+    let piped = unsafe { crate::real::sc!(libc::SYS_pipe2, p.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
     // SAFETY: no arguments.
     let pid = unsafe { fork() };
     if !piped {
@@ -98,7 +98,7 @@ pub extern "C" fn ember_vfork_as_fork() -> pid_t {
         let mut b = 0u8;
         loop {
             // SAFETY: a one-byte read into `b`.
-            let n = unsafe { libc::syscall(libc::SYS_read, p[0], &mut b as *mut u8, 1usize) };
+            let n = unsafe { crate::real::sc!(libc::SYS_read, p[0], &mut b as *mut u8, 1usize) };
             if n < 0 && crate::errno::get() == libc::EINTR {
                 continue;
             }
@@ -111,7 +111,7 @@ pub extern "C" fn ember_vfork_as_fork() -> pid_t {
 
 fn raw_close(fd: c_int) {
     // SAFETY: closes a descriptor this module made.
-    unsafe { libc::syscall(libc::SYS_close, fd) };
+    unsafe { crate::real::sc!(libc::SYS_close, fd) };
 }
 
 /// `syscall()`'s body (its variadic entry point is in `varargs.c`): the socket calls'
@@ -187,9 +187,6 @@ fn b_len(x: c_long) -> libc::socklen_t {
     x as libc::socklen_t
 }
 
-type Syscall = unsafe extern "C" fn(c_long, ...) -> c_long;
-static SYSCALL: crate::real::Sym = crate::real::Sym::new(c"syscall");
-
 fn raw_syscall(
     n: c_long,
     a: c_long,
@@ -199,12 +196,6 @@ fn raw_syscall(
     e: c_long,
     f: c_long,
 ) -> c_long {
-    let Some(addr) = SYSCALL.get() else {
-        crate::errno::set(libc::ENOSYS);
-        return -1;
-    };
-    // SAFETY: the C library's variadic `syscall`, given the caller's number and six
-    // argument words (the kernel reads only those the call has).
-    let s: Syscall = unsafe { core::mem::transmute::<usize, Syscall>(addr) };
-    unsafe { s(n, a, b, c, d, e, f) }
+    // SAFETY: the caller's raw system call, passed on.
+    unsafe { crate::real::syscall(n, &[a, b, c, d, e, f]) }
 }

@@ -90,3 +90,35 @@ macro_rules! real {
     };
 }
 pub(crate) use real;
+
+type SyscallFn = unsafe extern "C" fn(libc::c_long, ...) -> libc::c_long;
+static SYSCALL: Sym = Sym::new(c"syscall");
+
+/// The C library's `syscall`, with up to six argument words. The library's own system
+/// calls go through here: `libc::syscall` from inside the library would find the
+/// library's own interposed `syscall` first, and come back into the interposers.
+///
+/// # Safety
+/// The arguments must be what system call `n` expects.
+pub unsafe fn syscall(n: libc::c_long, args: &[libc::c_long]) -> libc::c_long {
+    let mut a = [0 as libc::c_long; 6];
+    for (d, s) in a.iter_mut().zip(args) {
+        *d = *s;
+    }
+    let Some(addr) = SYSCALL.get() else {
+        crate::errno::set(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: the C library's variadic `syscall`, given a number and six argument
+    // words (the kernel reads only those the call has); the caller vouches for them.
+    let f: SyscallFn = unsafe { core::mem::transmute::<usize, SyscallFn>(addr) };
+    unsafe { f(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// `sc!(SYS_x, a, b, ...)`: [`syscall`] with each argument cast to a word.
+macro_rules! sc {
+    ($n:expr $(, $a:expr)* $(,)?) => {
+        $crate::real::syscall($n as libc::c_long, &[$($a as libc::c_long),*])
+    };
+}
+pub(crate) use sc;

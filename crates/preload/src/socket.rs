@@ -6,6 +6,7 @@
 //! descriptors are inet stream sockets and which of them listen.
 
 use crate::fdtab::{self, Kind};
+use crate::fuse::{self, sys};
 use crate::real::real;
 use libc::{c_int, c_void, sockaddr, socklen_t};
 
@@ -43,11 +44,23 @@ pub fn made_socket(fd: c_int, domain: c_int, ty: c_int, protocol: c_int) {
     }
 }
 
-/// A new descriptor `fd` accepted on `listener`: a connection of the listener's kind.
+/// A new descriptor `fd` accepted on `listener`: a connection of the listener's kind,
+/// fused if its client is an ember process that published a candidate.
 fn accepted(listener: c_int, fd: c_int) {
     if fd >= 0 {
-        let k = fdtab::kind(listener) & Kind::INET_STREAM;
-        fdtab::track(fd, k);
+        let lk = fdtab::kind(listener);
+        fdtab::track(fd, lk & Kind::INET_STREAM);
+        if lk & Kind::LISTENER != 0 {
+            if let Some(p) = fuse::proc_if_active() {
+                fuse::keep_errno(|| {
+                    if let (Some(l), Some(r)) =
+                        (sys::sock_addr(fd, false), sys::sock_addr(fd, true))
+                    {
+                        p.accepted(fd, l, r);
+                    }
+                });
+            }
+        }
     }
 }
 
@@ -75,7 +88,10 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on.
     let r = unsafe { next::listen(fd, backlog) };
-    if r == 0 {
+    if r == 0 && fdtab::kind(fd) & Kind::INET_STREAM != 0 {
+        if fdtab::kind(fd) & Kind::LISTENER == 0 {
+            fuse::keep_errno(|| fuse::listening(fd));
+        }
         fdtab::mark(fd, Kind::LISTENER);
     }
     r
@@ -86,7 +102,31 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { next::connect(fd, addr, len) }
+    let r = unsafe { next::connect(fd, addr, len) };
+    if fdtab::kind(fd) & Kind::INET_STREAM != 0
+        && fdtab::conn_index(fd).is_none()
+        && (r == 0 || crate::errno::get() == libc::EINPROGRESS)
+    {
+        fuse::keep_errno(|| {
+            let Some(p) = fuse::proc() else { return };
+            // SAFETY: the kernel accepted `addr` of `len` bytes; copy at most a
+            // sockaddr_storage of it.
+            let remote = unsafe {
+                let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+                let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+                std::ptr::copy_nonoverlapping(
+                    addr.cast::<u8>(),
+                    (&mut ss as *mut libc::sockaddr_storage).cast::<u8>(),
+                    n,
+                );
+                sys::from_storage(&ss)
+            };
+            if let (Some(l), Some(rm)) = (sys::sock_addr(fd, false), remote) {
+                p.connected(fd, l, rm);
+            }
+        });
+    }
+    r
 }
 
 /// # Safety
@@ -118,6 +158,14 @@ pub unsafe extern "C" fn accept4(
 /// The C prototype.
 #[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if let Some(c) = fuse::conn_of(fd) {
+        if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
+            c.shutdown_wr();
+        }
+        if how == libc::SHUT_RD || how == libc::SHUT_RDWR {
+            c.shutdown_rd();
+        }
+    }
     // SAFETY: the caller's arguments, passed on.
     unsafe { next::shutdown(fd, how) }
 }
@@ -147,5 +195,25 @@ pub unsafe extern "C" fn setsockopt(
     len: socklen_t,
 ) -> c_int {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { next::setsockopt(fd, level, name, val, len) }
+    let r = unsafe { next::setsockopt(fd, level, name, val, len) };
+    if r == 0
+        && level == libc::SOL_SOCKET
+        && (name == libc::SO_RCVTIMEO || name == libc::SO_SNDTIMEO)
+    {
+        if let Some(c) = fuse::conn_of(fd) {
+            if len as usize >= std::mem::size_of::<libc::timeval>() {
+                // SAFETY: the kernel accepted a timeval of `len` bytes at `val`.
+                let tv = unsafe { std::ptr::read_unaligned(val.cast::<libc::timeval>()) };
+                let us =
+                    (tv.tv_sec.max(0) as u64).saturating_mul(1_000_000) + tv.tv_usec.max(0) as u64;
+                let slot = if name == libc::SO_RCVTIMEO {
+                    &c.rcvtimeo_us
+                } else {
+                    &c.sndtimeo_us
+                };
+                slot.store(us, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+    r
 }

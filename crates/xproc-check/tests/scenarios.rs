@@ -1,5 +1,5 @@
 //! The gate: every scenario gives the same transcript every time without a preload library,
-//! and, when `EMBER_XPROC_PRELOAD=/path/to/lib.so` is set, the same transcript with it.
+//! and the same transcript with it (the library cargo built, or `EMBER_XPROC_PRELOAD`).
 //!
 //! Design: scenarios run one at a time (they are short, and several at once on a loaded 2-core
 //! machine would only add noise); each run is bounded by `TIMEOUT`. Failures are collected
@@ -103,21 +103,37 @@ fn every_scenario_is_deterministic_without_preload() {
     );
 }
 
-#[test]
-fn preload_library_gives_the_same_transcripts() {
-    let Some(lib) = std::env::var_os("EMBER_XPROC_PRELOAD") else {
-        notice("preload_library_gives_the_same_transcripts: skipped: EMBER_XPROC_PRELOAD is unset (no preload library to compare against)");
-        return;
-    };
-    let lib = PathBuf::from(lib);
-    assert!(
-        lib.is_file(),
-        "EMBER_XPROC_PRELOAD={} is not a file",
-        lib.display()
-    );
+/// The preload library: `EMBER_XPROC_PRELOAD` if set, else the one cargo built for this
+/// test run (ember-preload is a dev-dependency, so its cdylib is in `deps/`).
+fn library() -> PathBuf {
+    if let Some(p) = std::env::var_os("EMBER_XPROC_PRELOAD") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps folder");
+    for cand in [
+        deps.join("libember_preload.so"),
+        deps.join("../libember_preload.so"),
+    ] {
+        if cand.is_file() {
+            return cand;
+        }
+    }
+    panic!("libember_preload.so not found beside {}", deps.display());
+}
+
+/// Runs every scenario without and with the library (`env` added for the library's
+/// runs) and returns the differences.
+fn gate(env: &[(&str, &str)]) -> Vec<String> {
+    let lib = library();
+    assert!(lib.is_file(), "{} is not a file", lib.display());
+    let dir = std::env::temp_dir().join(format!("ember-xproc-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("registry folder");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    env.push(("EMBER_XPROC_DIR", &dir_s));
     let mut failures = Vec::new();
-    let names = runnable();
-    for name in &names {
+    for name in &runnable() {
         let kernel = match run_one(name, None) {
             Ok(t) => t,
             Err(e) => {
@@ -125,7 +141,7 @@ fn preload_library_gives_the_same_transcripts() {
                 continue;
             }
         };
-        match run_one(name, Some(&lib)) {
+        match run(&exe(), name, seed(), Some(&lib), &env, TIMEOUT) {
             Ok(t) => {
                 if let Err(d) = compare(&kernel, &t) {
                     failures.push(format!("{name}: without (-) vs with (+) the library: {d}"));
@@ -135,6 +151,15 @@ fn preload_library_gives_the_same_transcripts() {
         }
         println!("{name}: compared with {}", lib.display());
     }
+    let _ = std::fs::remove_dir_all(&dir);
+    failures
+}
+
+/// Stage A's gate: the library with fusion switched off (`do_tcp_fusion=0`) passes every
+/// call to the kernel, and every scenario gives the kernel's transcript.
+#[test]
+fn pass_through_gives_the_same_transcripts() {
+    let failures = gate(&[("EMBER_DO_TCP_FUSION", "0")]);
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

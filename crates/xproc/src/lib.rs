@@ -8,6 +8,7 @@
 //!   publisher fences and wakes only an armed sleeper), independent of the transport;
 //! * [`registry`]: how processes under `ember run` find each other (listeners,
 //!   connection candidates, live processes), one shared file per user and namespace;
+//! * [`arena`]: the memfd a pair of processes shares, carved into slots of two rings;
 //! * [`fuzz`]: an entry point for fuzzing the ring against a hostile peer.
 //!
 //! Shared memory is input: a peer process may be buggy or hostile, and nothing it
@@ -19,11 +20,13 @@
 
 // `unsafe` only where shared memory is touched: `ring` (the header and the data copies),
 // `mem` (allocation and, in tests, guarded mappings), `fuzz` (attaching a ring to a
-// heap block), and `registry` (mappings, raw system calls) allow it; every block
+// heap block), `registry` and `arena` (mappings, raw system calls) allow it; every block
 // has its `SAFETY:` reason, which clippy checks.
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+#[cfg(not(loom))]
+pub mod arena;
 #[cfg(not(loom))]
 pub mod fuzz;
 #[cfg(any(test, not(loom)))]
