@@ -27,6 +27,9 @@ mod next {
 type Variadic2 = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
 type Ioctl = unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int;
 
+/// `SIOCATMARK` (asm-generic/sockios.h), which the libc crate does not name.
+const SIOCATMARK: c_ulong = 0x8905;
+
 static FCNTL: Sym = Sym::new(c"fcntl");
 static FCNTL64: Sym = Sym::new(c"fcntl64");
 static IOCTL: Sym = Sym::new(c"ioctl");
@@ -87,6 +90,13 @@ pub unsafe extern "C" fn ember_ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) 
                 let n = c.unsent(fd);
                 // SAFETY: SIOCOUTQ's argument is an int the caller provides.
                 unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as usize) as c_int };
+                return 0;
+            }
+            if req == SIOCATMARK && c.ring_unread() > 0 {
+                // The urgent byte went by kernel after the ring's bytes: not at the
+                // mark while they are unread.
+                // SAFETY: SIOCATMARK's argument is an int the caller provides.
+                unsafe { *arg.cast::<c_int>() = 0 };
                 return 0;
             }
             if req == libc::FIONBIO as c_ulong {
@@ -168,6 +178,9 @@ fn forget_closing(fd: c_int) {
         });
     }
     fdtab::forget(fd);
+    if fdtab::active() {
+        crate::fuse::keep_errno(|| fuse::epoll::closed(fd));
+    }
 }
 
 #[no_mangle]

@@ -36,22 +36,66 @@ mod next {
     }
 }
 
-/// Defines interposed functions that pass every call through.
-macro_rules! pass {
-    ($( fn $name:ident ( $fd:ident : c_int $(, $arg:ident : $ty:ty)* ) -> $ret:ty ; )*) => {
-        $(
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($fd: c_int $(, $arg: $ty)*) -> $ret {
-                // SAFETY: the caller's arguments, passed on.
-                unsafe { next::$name($fd $(, $arg)*) }
+/// `recvmmsg` on a fused socket, as the kernel's loop does it: one `recvmsg` per
+/// entry; after an error the count so far, if any; `MSG_WAITFORONE` makes the entries
+/// after the first non-blocking. (The timeout, checked by the kernel only between
+/// entries, is not applied.)
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    vec: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut timespec,
+) -> c_int {
+    if !vec.is_null() && fuse::conn_of(fd).is_some() {
+        let mut flags = flags;
+        let mut n = 0;
+        for i in 0..vlen.min(libc::UIO_MAXIOV as c_uint) as usize {
+            // SAFETY: the caller's array of `vlen` entries.
+            let e = unsafe { &mut *vec.add(i) };
+            // SAFETY: the entry's msghdr.
+            let r = unsafe { recvmsg(fd, &mut e.msg_hdr, flags & !libc::MSG_WAITFORONE) };
+            if r < 0 {
+                return if n > 0 { n } else { -1 };
             }
-        )*
-    };
+            e.msg_len = r as c_uint;
+            n += 1;
+            if flags & libc::MSG_WAITFORONE != 0 {
+                flags |= libc::MSG_DONTWAIT;
+            }
+        }
+        return n;
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { next::recvmmsg(fd, vec, vlen, flags, timeout) }
 }
 
-pass! {
-    fn recvmmsg(fd: c_int, vec: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int;
-    fn sendmmsg(fd: c_int, vec: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int;
+/// `sendmmsg` on a fused socket: one `sendmsg` per entry, as the kernel's loop.
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(
+    fd: c_int,
+    vec: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+) -> c_int {
+    if !vec.is_null() && fuse::conn_of(fd).is_some() {
+        let mut n = 0;
+        for i in 0..vlen.min(libc::UIO_MAXIOV as c_uint) as usize {
+            // SAFETY: the caller's array of `vlen` entries.
+            let e = unsafe { &mut *vec.add(i) };
+            // SAFETY: the entry's msghdr.
+            let r = unsafe { sendmsg(fd, &e.msg_hdr, flags) };
+            if r < 0 {
+                return if n > 0 { n } else { -1 };
+            }
+            e.msg_len = r as c_uint;
+            n += 1;
+        }
+        return n;
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { next::sendmmsg(fd, vec, vlen, flags) }
 }
 
 /// The scatter list of `iov[..cnt]` as slices.
@@ -87,6 +131,20 @@ unsafe fn iov_ref<'a>(iov: *const iovec, cnt: usize) -> Vec<&'a [u8]> {
 
 fn bad_iov(cnt: c_int) -> bool {
     !(0..=libc::UIO_MAXIOV).contains(&cnt)
+}
+
+/// A receive buffer for `recv(fd, buf, n, flags)`: the caller's, or with `MSG_TRUNC`
+/// and no buffer (TCP's "discard n bytes") a scratch one of at most 1 MiB.
+///
+/// # Safety
+/// `buf`, if not null, must be valid for `n` bytes.
+unsafe fn recv_buf(buf: *mut c_void, n: size_t, flags: c_int, scratch: &mut Vec<u8>) -> &mut [u8] {
+    if buf.is_null() && flags & libc::MSG_TRUNC != 0 && n > 0 {
+        scratch.resize(n.min(1 << 20), 0);
+        return &mut scratch[..];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { slice_mut(buf, n) }
 }
 
 /// A buffer argument as a slice (empty for a null pointer or zero length).
@@ -144,8 +202,13 @@ pub unsafe extern "C" fn __read_chk(
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     if let Some(c) = fuse::conn_of(fd) {
         if flags & libc::MSG_OOB == 0 {
+            let mut scratch = Vec::new();
             // SAFETY: the caller's buffer.
-            return fuse::c_ret(c.read(fd, &mut [unsafe { slice_mut(buf, n) }], flags));
+            return fuse::c_ret(c.read(
+                fd,
+                &mut [unsafe { recv_buf(buf, n, flags, &mut scratch) }],
+                flags,
+            ));
         }
     }
     // SAFETY: the caller's arguments, passed on.
@@ -193,8 +256,13 @@ pub unsafe extern "C" fn recvfrom(
 ) -> ssize_t {
     if let Some(c) = fuse::conn_of(fd) {
         if flags & libc::MSG_OOB == 0 {
+            let mut scratch = Vec::new();
             // SAFETY: the caller's buffer and length.
-            let r = fuse::c_ret(c.read(fd, &mut [unsafe { slice_mut(buf, n) }], flags));
+            let r = fuse::c_ret(c.read(
+                fd,
+                &mut [unsafe { recv_buf(buf, n, flags, &mut scratch) }],
+                flags,
+            ));
             if r >= 0 {
                 unsafe { no_addr(len) };
             }
@@ -310,8 +378,40 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
     unsafe { next::writev(fd, iov, cnt) }
 }
 
+/// A fused connection whose descriptor goes to another process (`SCM_RIGHTS`) is
+/// handed over to the kernel first: the receiver may not be under ember.
+///
+/// # Safety
+/// `m` must be a valid msghdr.
+unsafe fn hand_over_passed(m: &msghdr) {
+    if m.msg_control.is_null() || m.msg_controllen == 0 || !crate::fdtab::active() {
+        return;
+    }
+    // SAFETY: walks the caller's control messages as CMSG_* say.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let n = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<c_int>();
+                for i in 0..n {
+                    let f = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<c_int>().add(i));
+                    if let Some(conn) = fuse::conn_of(f) {
+                        fuse::keep_errno(|| conn.hand_over());
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    if !msg.is_null() {
+        // SAFETY: the caller's msghdr.
+        unsafe { hand_over_passed(&*msg) };
+    }
     if !msg.is_null() {
         if let Some(c) = fuse::conn_of(fd) {
             // SAFETY: the caller's msghdr.

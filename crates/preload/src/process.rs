@@ -17,6 +17,7 @@ mod next {
     use super::*;
     real! {
         fn fork() -> pid_t;
+        fn system(cmd: *const c_char) -> c_int;
         fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
         fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
         fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
@@ -39,6 +40,45 @@ mod next {
     }
 }
 
+/// Defines interposed functions that hand every fused connection over to the kernel
+/// (`fuse::hand_over_all`) and then call the C library's: a `fork` child, an `exec`'d
+/// image or a spawned program then finds every byte in the kernel.
+macro_rules! hand_over {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                crate::fuse::keep_errno(crate::fuse::hand_over_all);
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { next::$name($($arg),*) }
+            }
+        )*
+    };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> pid_t {
+    crate::fuse::keep_errno(crate::fuse::hand_over_all);
+    // SAFETY: no arguments.
+    let pid = unsafe { next::fork() };
+    if pid > 0 && crate::fuse::proc_if_active().is_some() {
+        crate::fuse::FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pid
+}
+
+hand_over! {
+    fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
+    fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fn posix_spawn(pid: *mut pid_t, path: *const c_char, fa: *const posix_spawn_file_actions_t, attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    fn posix_spawnp(pid: *mut pid_t, file: *const c_char, fa: *const posix_spawn_file_actions_t, attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    fn system(cmd: *const c_char) -> c_int;
+}
+
 /// Defines interposed functions that pass every call through.
 macro_rules! pass {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
@@ -53,17 +93,6 @@ macro_rules! pass {
 }
 
 pass! {
-    fn fork() -> pid_t;
-    fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
-    fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
-    fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    fn posix_spawn(pid: *mut pid_t, path: *const c_char, fa: *const posix_spawn_file_actions_t, attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
-    fn posix_spawnp(pid: *mut pid_t, file: *const c_char, fa: *const posix_spawn_file_actions_t, attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
-    fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
-    fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
-    fn siginterrupt(sig: c_int, flag: c_int) -> c_int;
     fn setuid(uid: uid_t) -> c_int;
     fn setgid(gid: gid_t) -> c_int;
     fn seteuid(uid: uid_t) -> c_int;
@@ -73,6 +102,68 @@ pass! {
     fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int;
     fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int;
     fn setgroups(n: size_t, list: *const gid_t) -> c_int;
+}
+
+fn record(sig: c_int, handler: libc::sighandler_t, restart: bool) {
+    if let Some(slot) = usize::try_from(sig)
+        .ok()
+        .and_then(|i| crate::fuse::SIG_RESTART.get(i))
+    {
+        let v = if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            0
+        } else if restart {
+            1
+        } else {
+            2
+        };
+        slot.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { next::sigaction(sig, act, old) };
+    if r == 0 && !act.is_null() {
+        // SAFETY: the caller's action, which the C library just accepted.
+        let a = unsafe { &*act };
+        record(sig, a.sa_sigaction, a.sa_flags & libc::SA_RESTART != 0);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { next::signal(sig, handler) };
+    if r != libc::SIG_ERR {
+        // glibc's signal() has BSD semantics: SA_RESTART.
+        record(sig, handler, true);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { next::siginterrupt(sig, flag) };
+    if r == 0 {
+        if let Some(slot) = usize::try_from(sig)
+            .ok()
+            .and_then(|i| crate::fuse::SIG_RESTART.get(i))
+        {
+            let _ = slot.fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |v| (v != 0).then_some(if flag != 0 { 2 } else { 1 }),
+            );
+        }
+    }
+    r
 }
 
 /// `vfork` run as `fork` with the parent waiting until the child has called `exec` or

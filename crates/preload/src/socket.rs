@@ -51,7 +51,7 @@ fn accepted(listener: c_int, fd: c_int) {
         let lk = fdtab::kind(listener);
         fdtab::track(fd, lk & Kind::INET_STREAM);
         if lk & Kind::LISTENER != 0 {
-            if let Some(p) = fuse::proc_if_active() {
+            if let Some(p) = fuse::proc() {
                 fuse::keep_errno(|| {
                     if let (Some(l), Some(r)) =
                         (sys::sock_addr(fd, false), sys::sock_addr(fd, true))
@@ -101,16 +101,16 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
 /// The C prototype.
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    // SAFETY: the caller's arguments, passed on.
-    let r = unsafe { next::connect(fd, addr, len) };
-    if fdtab::kind(fd) & Kind::INET_STREAM != 0
+    // Whether an ember listener is there is asked before the connect: once connected,
+    // the server may have accepted and closed its listener before we could look.
+    let fusable = fdtab::kind(fd) & Kind::INET_STREAM != 0
         && fdtab::conn_index(fd).is_none()
-        && (r == 0 || crate::errno::get() == libc::EINPROGRESS)
-    {
+        && !addr.is_null();
+    let target = if fusable {
         fuse::keep_errno(|| {
-            let Some(p) = fuse::proc() else { return };
-            // SAFETY: the kernel accepted `addr` of `len` bytes; copy at most a
-            // sockaddr_storage of it.
+            let p = fuse::proc()?;
+            // SAFETY: the caller's address of `len` bytes; at most a sockaddr_storage
+            // of it is copied.
             let remote = unsafe {
                 let mut ss: libc::sockaddr_storage = std::mem::zeroed();
                 let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
@@ -120,11 +120,22 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
                     n,
                 );
                 sys::from_storage(&ss)
-            };
-            if let (Some(l), Some(rm)) = (sys::sock_addr(fd, false), remote) {
-                p.connected(fd, l, rm);
-            }
-        });
+            }?;
+            Some((p, remote, p.reg.has_listener(remote)))
+        })
+    } else {
+        None
+    };
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { next::connect(fd, addr, len) };
+    if let Some((p, remote, listener)) = target {
+        if r == 0 || crate::errno::get() == libc::EINPROGRESS {
+            fuse::keep_errno(|| {
+                if let Some(l) = sys::sock_addr(fd, false) {
+                    p.connected(fd, l, remote, listener);
+                }
+            });
+        }
     }
     r
 }

@@ -452,6 +452,7 @@ mod tests {
         // Bytes up: written in one mapping, read in the other.
         let mut p = y.ring(Dir::Up).unwrap().producer();
         let mut c = x.ring(Dir::Up).unwrap().consumer();
+        assert!(p.set_switch(0));
         assert_eq!(p.write(b"hello").unwrap(), 5);
         let mut buf = [0u8; 8];
         assert_eq!(c.read(&mut buf).unwrap(), 5);

@@ -39,10 +39,30 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The ring's view of a fused connection's readiness. The kernel's view of the shadow
+/// socket still counts: its `POLLIN` means kernel bytes before the switch, or a FIN;
+/// its `POLLHUP`, `POLLERR`, `POLLRDHUP` and `POLLPRI` are the connection's. While this
+/// side writes into the ring (`ring_tx`), the kernel's `POLLOUT` means nothing and
+/// `writable` replaces it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ready {
+    pub readable: bool,
+    pub writable: bool,
+    pub ring_tx: bool,
+    /// Bytes published into the ring this side reads (an edge when it moves).
+    pub in_seq: u64,
+    /// The reader's reads of the ring this side writes (an edge when it moves).
+    pub out_seq: u64,
+}
+
 /// Where a connection's slot is.
 pub struct Fused {
     pub arena: Arc<Arena>,
     pub slot: usize,
+    /// The connection's nonce (from its registry candidate): the slot's owner check.
+    pub nonce: u64,
+    /// The peer's process.
+    pub peer_pid: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +80,12 @@ struct Tx {
     kernel_sent: u64,
     prod: Option<Producer>,
     flow: FusedFlow,
+    /// The reader's reads when the flow control last heard of them.
+    seen_reads: u64,
+}
+
+fn tx_seen_reads(tx: &Tx) -> u64 {
+    tx.seen_reads
 }
 
 struct Rx {
@@ -78,9 +104,17 @@ pub struct Conn {
     pub pid: u32,
     /// Descriptors of this process that refer to it.
     pub refs: AtomicUsize,
+    /// Their numbers (for the service thread, which has none of its own).
+    pub fds: Mutex<Vec<c_int>>,
+    /// Handed over to the kernel for good (before fork, exec, SCM_RIGHTS): both
+    /// directions by kernel.
+    pub handed_over: AtomicBool,
     pub nonblock: AtomicBool,
     pub candidate: Mutex<Option<ember_xproc::registry::CandidateId>>,
     pub fused: OnceLock<Fused>,
+    /// An accepted connection whose client's candidate is not claimed yet: (local,
+    /// remote, until when to keep trying).
+    pub claim: Mutex<Option<(std::net::SocketAddr, std::net::SocketAddr, Instant)>>,
     tx: Mutex<Tx>,
     rx: Mutex<Rx>,
     /// Tokens of this process's threads sleeping in a read and in a write (0: none),
@@ -89,6 +123,48 @@ pub struct Conn {
     /// `SO_RCVTIMEO` and `SO_SNDTIMEO`, in microseconds (0: none).
     pub rcvtimeo_us: AtomicU64,
     pub sndtimeo_us: AtomicU64,
+}
+
+/// All signals blocked for the rest of a blocking call, the old mask kept for the
+/// `ppoll`s that sleep: a signal that comes between two sleeps of one call stays
+/// pending and interrupts the next sleep, as it would interrupt the kernel's `recv`
+/// (which has no such gaps). Dropping it restores the mask.
+pub struct SigBlock {
+    old: libc::sigset_t,
+}
+
+impl SigBlock {
+    fn new() -> SigBlock {
+        // SAFETY: a full set applied to this thread; the old mask is kept to restore.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            crate::real::sc!(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &all as *const libc::sigset_t,
+                &mut old as *mut libc::sigset_t,
+                8usize
+            );
+            SigBlock { old }
+        }
+    }
+}
+
+impl Drop for SigBlock {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask this guard saved.
+        unsafe {
+            crate::real::sc!(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &self.old as *const libc::sigset_t,
+                0usize,
+                8usize
+            );
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,14 +182,18 @@ impl Conn {
             nonce,
             pid,
             refs: AtomicUsize::new(1),
+            fds: Mutex::new(Vec::new()),
+            handed_over: AtomicBool::new(false),
             nonblock: AtomicBool::new(nonblock),
             candidate: Mutex::new(None),
             fused: OnceLock::new(),
+            claim: Mutex::new(None),
             tx: Mutex::new(Tx {
                 path: Path::Kernel,
                 kernel_sent: 0,
                 prod: None,
                 flow: FusedFlow::default(),
+                seen_reads: 0,
             }),
             rx: Mutex::new(Rx {
                 path: Path::Kernel,
@@ -135,6 +215,29 @@ impl Conn {
         }
     }
 
+    /// An accepted connection still looking for its client's candidate looks again
+    /// (until it finds it or its window closes).
+    #[inline]
+    pub fn poke(&self) {
+        if self.fused.get().is_some()
+            || self.side != Side::Accepted
+            || self.handed_over.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let mut g = lock(&self.claim);
+        let Some((local, remote, until)) = *g else {
+            return;
+        };
+        let Some(p) = proc_if_active() else {
+            *g = None;
+            return;
+        };
+        if p.claim(self, local, remote) || Instant::now() >= until {
+            *g = None;
+        }
+    }
+
     /// Wakes this process's threads sleeping on the connection.
     pub fn wake_local(&self) {
         for s in &self.sleeping {
@@ -152,6 +255,7 @@ impl Conn {
     /// thread's token, then `ready` re-checked, the Dekker order of
     /// `ember_xproc::wake`), the shadow socket `fd` shows `events`, or `deadline`.
     /// `which` is 0 for a reader, 1 for a writer (this process's own wake-ups).
+    #[allow(clippy::too_many_arguments)]
     fn sleep(
         &self,
         fd: c_int,
@@ -160,7 +264,9 @@ impl Conn {
         deadline: Option<Instant>,
         word: Option<&AtomicU64>,
         ready: impl Fn() -> bool,
-    ) -> io::Result<()> {
+        block: &mut Option<SigBlock>,
+    ) -> io::Result<i16> {
+        let mask = &block.get_or_insert_with(SigBlock::new).old as *const libc::sigset_t;
         let (wfd, token) = match wake::mine() {
             Some(m) => m,
             None => (-1, NonZeroU64::MIN),
@@ -171,6 +277,7 @@ impl Conn {
         } else {
             std::sync::atomic::fence(Ordering::SeqCst);
         }
+        let mut shadow = 0;
         let r = if ready() {
             Ok(0)
         } else {
@@ -193,10 +300,11 @@ impl Conn {
                 None if wfd < 0 => Some(Duration::from_millis(10)),
                 None => None,
             };
-            let r = sys::ppoll(&mut fds[..n], timeout);
+            let r = sys::ppoll_mask(&mut fds[..n], timeout, mask);
             if wfd >= 0 && fds[1].revents != 0 {
                 wake::drain(wfd);
             }
+            shadow = fds[0].revents;
             r
         };
         if let Some(w) = word {
@@ -205,7 +313,7 @@ impl Conn {
         self.sleeping[which].store(0, Ordering::Relaxed);
         match r {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
-            _ => Ok(()),
+            _ => Ok(shadow),
         }
     }
 
@@ -222,9 +330,42 @@ impl Conn {
     /// after it. `flags` are send flags (`MSG_DONTWAIT`, `MSG_NOSIGNAL`, `MSG_MORE`;
     /// `MSG_OOB` unfuses first).
     pub fn write(&self, fd: c_int, bufs: &[&[u8]], flags: c_int) -> io::Result<usize> {
+        // A blocking write moves everything (TCP's send blocks until the last byte is
+        // queued), unless a signal, a timeout or an error stops it after some bytes:
+        // then it returns what it moved.
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+        let mut done = 0;
+        loop {
+            let mut rest: Vec<&[u8]> = Vec::with_capacity(bufs.len());
+            let mut skip = done;
+            for b in bufs {
+                if skip >= b.len() {
+                    skip -= b.len();
+                    continue;
+                }
+                rest.push(&b[skip..]);
+                skip = 0;
+            }
+            match self.write_once(fd, &rest, flags) {
+                Ok(n) => {
+                    done += n;
+                    if nonblock || done >= total || n == 0 {
+                        return Ok(done);
+                    }
+                }
+                Err(_) if done > 0 => return Ok(done),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn write_once(&self, fd: c_int, bufs: &[&[u8]], flags: c_int) -> io::Result<usize> {
+        self.poke();
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
         let deadline = Self::deadline(&self.sndtimeo_us);
+        let mut block = None;
         let mut tx = lock(&self.tx);
         if flags & libc::MSG_OOB != 0 {
             self.seal(&mut tx);
@@ -244,10 +385,14 @@ impl Conn {
                 return Ok(n);
             }
             let f = self.fused.get().expect("ring path has a slot");
-            let slot = f.arena.slot(f.slot, self.nonce);
+            let slot = f.arena.slot(f.slot, f.nonce);
             // The peer gone from the ring (closed, or asked to unfuse): back to the
             // kernel, which then answers as it would.
-            if slot.is_none_or(|s| s.closed(self.side.peer()) || s.unfuse_asked(self.side.peer())) {
+            if slot.is_some_and(|s| s.unfuse_asked(self.side.peer())) {
+                self.take_back_locked(&mut tx, fd);
+                continue;
+            }
+            if slot.is_none_or(|s| s.closed(self.side.peer())) {
                 self.seal(&mut tx);
                 if let Some(p) = proc_if_active() {
                     p.stats.unfused_peer_closed.fetch_add(1, Ordering::Relaxed);
@@ -260,9 +405,11 @@ impl Conn {
             let unread_min = proc_if_active().map_or(8, |p| p.cfg.unread_min);
             let prod = tx.prod.as_mut().expect("ring path has a producer");
             let read = prod.take_reader_read();
+            let reads = prod.reader_reads();
             let room = prod.room().map_err(|_| errno(libc::ECONNRESET))?;
             if read {
                 tx.flow.reader_read();
+                tx.seen_reads = reads;
             }
             let admitted = tx.flow.admit(unread_min);
             if room > 0 && admitted.is_ok() {
@@ -315,10 +462,13 @@ impl Conn {
             } else {
                 1
             };
+            // Stopped by the unread-writes limit: only a read lets it go on.
+            let unread_min = proc_if_active().map_or(8, |p| p.cfg.unread_min);
+            let for_read = unread_min > 0 && tx.flow.unread_writes() >= unread_min;
             let f = self.fused.get().expect("ring path has a slot");
             let Some(view) = f
                 .arena
-                .slot(f.slot, self.nonce)
+                .slot(f.slot, f.nonce)
                 .and_then(|s| s.ring(self.dirs().0).ok())
             else {
                 continue;
@@ -326,7 +476,7 @@ impl Conn {
             drop(tx);
             let check = || {
                 let p = view.producer();
-                p.reader_reads() != seen || p.room().map_or(true, |r| r >= mark)
+                p.reader_reads() != seen || (!for_read && p.room().map_or(true, |r| r >= mark))
             };
             let spin = Self::spin_us();
             if spin > 0 {
@@ -336,20 +486,43 @@ impl Conn {
                 }
             }
             let v = view.producer();
-            let r = self.sleep(fd, libc::POLLRDHUP, 1, deadline, Some(v.waiter()), check);
+            let r = self.sleep(
+                fd,
+                libc::POLLRDHUP,
+                1,
+                deadline,
+                Some(v.waiter()),
+                check,
+                &mut block,
+            );
             tx = lock(&self.tx);
             if let Some(p) = tx.prod.as_ref() {
                 let (free, cap) = (p.room().unwrap_or(0), p.rcv_cap());
                 tx.flow.reader_space(free, cap, lowat, true);
             }
-            r?;
+            match r {
+                // The reader's process closed the connection or died (its kernel
+                // socket sent a FIN or RST): what it had not read is lost, as with the
+                // kernel, and the rest goes by kernel, which answers as it would.
+                Ok(ev) if ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 => {
+                    self.seal(&mut tx);
+                    if let Some(p) = proc_if_active() {
+                        p.stats.unfused_peer_closed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(_) => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::Interrupted
+                        && super::restarts(deadline.is_some()) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 
     /// Switches this side's writes to the ring, if both ends have attached.
     fn try_switch_tx(&self, tx: &mut Tx) {
         let Some(f) = self.fused.get() else { return };
-        let Some(slot) = f.arena.slot(f.slot, self.nonce) else {
+        let Some(slot) = f.arena.slot(f.slot, f.nonce) else {
             return;
         };
         if !slot.attached(self.side.peer()) || !slot.attached(self.side) {
@@ -388,6 +561,110 @@ impl Conn {
         tx.path = Path::After;
     }
 
+    /// The reader asked for the ring's bytes back (it hands the connection to the
+    /// kernel before a fork, an exec or an SCM_RIGHTS): seal the ring, send what the
+    /// reader has not read of it by kernel, in order, and write by kernel from then on.
+    /// The reader reads only the kernel once it asked, so it gets every byte once.
+    pub fn take_back(&self) {
+        let fd = lock(&self.fds).first().copied();
+        let Some(fd) = fd else { return };
+        let mut tx = lock(&self.tx);
+        self.take_back_locked(&mut tx, fd);
+    }
+
+    fn take_back_locked(&self, tx: &mut Tx, fd: c_int) {
+        if tx.path == Path::After {
+            return;
+        }
+        let was_ring = tx.path == Path::Ring;
+        self.seal(tx);
+        if !was_ring {
+            return;
+        }
+        let Some(f) = self.fused.get() else { return };
+        let Some(ring) = f
+            .arena
+            .slot(f.slot, f.nonce)
+            .and_then(|s| s.ring(self.dirs().0).ok())
+        else {
+            return;
+        };
+        // The reader froze its head: read the rest on its behalf and resend it.
+        let mut c = ring.consumer();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match c.read(&mut buf) {
+                Ok(n) if n > 0 => n,
+                _ => break,
+            };
+            let mut off = 0;
+            while off < n {
+                match sys::send(fd, buf[off..n].as_ptr(), n - off, libc::MSG_NOSIGNAL) {
+                    Ok(k) => off += k,
+                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                        let mut p = [libc::pollfd {
+                            fd,
+                            events: libc::POLLOUT,
+                            revents: 0,
+                        }];
+                        let _ = sys::ppoll(&mut p, Some(Duration::from_millis(100)));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+
+    /// Hands the connection over to the kernel for good, before this process forks,
+    /// execs or passes the descriptor away: this side's writes seal the ring, and the
+    /// writer toward this side is asked to take back what this side has not read and
+    /// send it by kernel (through its service thread, so it happens even if the writer
+    /// is idle). From then on both directions are the kernel's, whoever holds the
+    /// descriptor.
+    pub fn hand_over(&self) {
+        if self.handed_over.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *lock(&self.claim) = None;
+
+        {
+            let mut tx = lock(&self.tx);
+            self.seal(&mut tx);
+        }
+        {
+            let mut rx = lock(&self.rx);
+            rx.path = Path::After;
+            rx.cons = None;
+        }
+        let Some(f) = self.fused.get() else { return };
+        let Some(slot) = f.arena.slot(f.slot, f.nonce) else {
+            return;
+        };
+        slot.ask_unfuse(self.side);
+        if let Some(p) = proc_if_active() {
+            p.send_take_back(f.peer_pid, f.nonce);
+        }
+        // Wake the peer's writer if it sleeps on a full ring, so it sees the request.
+        if let Ok(r) = slot.ring(self.dirs().1) {
+            r.consumer().wake_writer(&wake::wake);
+        }
+    }
+
+    /// The kernel says the peer shut its side (`POLLRDHUP`, `POLLHUP`, `POLLERR` on the
+    /// shadow): this side's writes leave the ring (sealed) and go by kernel, which
+    /// answers as it would (a reader that died or closed resets the connection; one
+    /// that only half-closed still gets every byte, the ring's first).
+    pub fn peer_shut(&self) {
+        let mut tx = lock(&self.tx);
+        if tx.path == Path::Ring {
+            self.seal(&mut tx);
+            if let Some(p) = proc_if_active() {
+                p.stats.unfused_peer_closed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// `shutdown(fd, SHUT_WR)` (or `SHUT_RDWR`) on the fused path: the ring's end, then
     /// the kernel's.
     pub fn shutdown_wr(&self) {
@@ -398,6 +675,9 @@ impl Conn {
                 p.wake_reader(&wake::wake);
             }
         }
+        // Later writes meet the kernel's shut socket: EPIPE (and SIGPIPE), as without
+        // fusion.
+        tx.path = Path::After;
     }
 
     /// `shutdown(fd, SHUT_RD)`.
@@ -427,7 +707,7 @@ impl Conn {
                     rest.push(&mut b[skip..]);
                     skip = 0;
                 }
-                self.read_once(fd, &mut rest, flags, got > 0)
+                self.read_once(fd, &mut rest, flags, false)
             };
             match r {
                 Ok(0) => return Ok(got),
@@ -447,6 +727,33 @@ impl Conn {
         }
     }
 
+    /// Makes the reader's consumer once the slot is known.
+    fn attach_rx(&self, rx: &mut Rx) {
+        if rx.cons.is_none() {
+            if let Some(f) = self.fused.get() {
+                if let Some(ring) = f
+                    .arena
+                    .slot(f.slot, f.nonce)
+                    .and_then(|s| s.ring(self.dirs().1).ok())
+                {
+                    rx.cons = Some(ring.consumer());
+                }
+            }
+        }
+    }
+
+    /// Unread bytes in the ring (the reader's side), for `SIOCATMARK`: the kernel's
+    /// urgent mark lies after them.
+    pub fn ring_unread(&self) -> usize {
+        self.poke();
+        let mut rx = lock(&self.rx);
+        self.attach_rx(&mut rx);
+        rx.cons
+            .as_ref()
+            .and_then(|c| c.available().ok())
+            .unwrap_or(0)
+    }
+
     fn read_once(
         &self,
         fd: c_int,
@@ -454,10 +761,12 @@ impl Conn {
         flags: c_int,
         partial: bool,
     ) -> io::Result<usize> {
+        self.poke();
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let peek = flags & libc::MSG_PEEK != 0;
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
         let deadline = Self::deadline(&self.rcvtimeo_us);
+        let mut block = None;
         let mut rx = lock(&self.rx);
         loop {
             if rx.shut_rd {
@@ -466,17 +775,7 @@ impl Conn {
             if total == 0 {
                 return Ok(0);
             }
-            if rx.cons.is_none() {
-                if let Some(f) = self.fused.get() {
-                    if let Some(ring) = f
-                        .arena
-                        .slot(f.slot, self.nonce)
-                        .and_then(|s| s.ring(self.dirs().1).ok())
-                    {
-                        rx.cons = Some(ring.consumer());
-                    }
-                }
-            }
+            self.attach_rx(&mut rx);
             // The kernel part: before the switch (up to k), and after a seal.
             if rx.path == Path::Kernel {
                 let k = rx.cons.as_ref().and_then(Consumer::switch_k);
@@ -487,7 +786,7 @@ impl Conn {
                     }
                 }
                 let limit = k.map_or(total, |k| total.min((k - rx.kernel_read) as usize));
-                let kflags = (flags & (libc::MSG_PEEK)) | libc::MSG_DONTWAIT;
+                let kflags = (flags & (libc::MSG_PEEK | libc::MSG_TRUNC)) | libc::MSG_DONTWAIT;
                 match kernel_readv(fd, bufs, limit, kflags) {
                     Ok(0) => {
                         // Kernel end of file. If the writer switched meanwhile, its ring
@@ -521,7 +820,12 @@ impl Conn {
                 );
             } else {
                 let cons = rx.cons.as_mut().expect("ring path has a consumer");
-                let n = if peek {
+                let n = if flags & libc::MSG_TRUNC != 0 && !peek {
+                    // TCP's MSG_TRUNC: the bytes are taken and thrown away.
+                    let mut scratch = [0u8; 4096];
+                    let want = total.min(scratch.len());
+                    cons.read(&mut scratch[..want])
+                } else if peek {
                     let b = bufs.iter_mut().find(|b| !b.is_empty()).expect("total > 0");
                     cons.peek(b)
                 } else {
@@ -575,7 +879,7 @@ impl Conn {
             // Spin a little, then sleep until the writer publishes or the shadow speaks.
             let view = self.fused.get().and_then(|f| {
                 f.arena
-                    .slot(f.slot, self.nonce)
+                    .slot(f.slot, f.nonce)
                     .and_then(|s| s.ring(self.dirs().1).ok())
             });
             let path = rx.path;
@@ -607,15 +911,113 @@ impl Conn {
                 deadline,
                 c.as_ref().map(|c| c.waiter()),
                 check,
+                &mut block,
             );
             rx = lock(&self.rx);
-            r?;
+            match r {
+                Ok(_) => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::Interrupted
+                        && super::restarts(deadline.is_some()) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// What the ring says of readiness, beside the kernel's view of the shadow socket:
+    /// see [`Ready`].
+    pub fn ready(&self) -> Ready {
+        self.poke();
+        let mut r = Ready::default();
+        if self.handed_over.load(Ordering::Acquire) {
+            return r;
+        }
+        {
+            let mut rx = lock(&self.rx);
+            self.attach_rx(&mut rx);
+            if rx.shut_rd {
+                r.readable = true;
+            } else if let Some(c) = rx.cons.as_ref() {
+                let past_k = c.switch_k().is_some_and(|k| rx.kernel_read >= k);
+                if rx.path == Path::Ring || (rx.path == Path::Kernel && past_k) {
+                    r.readable =
+                        c.available().map_or(true, |a| a > 0) || c.is_shutdown().unwrap_or(true);
+                    r.in_seq = c.head().wrapping_add(c.available().unwrap_or(0) as u64);
+                }
+            } else if let Some(f) = self.fused.get() {
+                // Attached but not read from yet: the ring may hold bytes already.
+                if let Some(c) = f
+                    .arena
+                    .slot(f.slot, f.nonce)
+                    .and_then(|s| s.ring(self.dirs().1).ok())
+                    .map(|v| v.consumer())
+                {
+                    if c.switch_k() == Some(0) {
+                        r.readable = c.available().map_or(true, |a| a > 0)
+                            || c.is_shutdown().unwrap_or(true);
+                        r.in_seq = c.available().unwrap_or(0) as u64;
+                    }
+                }
+            }
+        }
+        let tx = lock(&self.tx);
+        if tx.path == Path::Ring {
+            r.ring_tx = true;
+            if let Some(p) = tx.prod.as_ref() {
+                let lowat = proc_if_active().map_or(4096, |p| p.cfg.xmit_lowat);
+                let mark = lowat.min(p.rcv_cap() / 2).max(1);
+                let unread_min = proc_if_active().map_or(8, |p| p.cfg.unread_min);
+                let stopped_unread = unread_min > 0
+                    && tx.flow.unread_writes() >= unread_min
+                    && p.reader_reads() == tx_seen_reads(&tx);
+                r.writable = p.room().is_ok_and(|room| room >= mark) && !stopped_unread;
+                r.out_seq = p.reader_reads();
+            }
+        }
+        r
+    }
+
+    /// Arms this thread's `token` on the rings a poller waits on: the ring it reads
+    /// (for `readable`) and the one it writes (for `writable`).
+    pub fn arm(&self, token: NonZeroU64, readable: bool, writable: bool) -> bool {
+        let Some(f) = self.fused.get() else {
+            return false;
+        };
+        let Some(s) = f.arena.slot(f.slot, f.nonce) else {
+            return false;
+        };
+        if readable {
+            if let Ok(v) = s.ring(self.dirs().1) {
+                ember_xproc::wake::arm(v.consumer().waiter(), token);
+            }
+        }
+        if writable {
+            if let Ok(v) = s.ring(self.dirs().0) {
+                ember_xproc::wake::arm(v.producer().waiter(), token);
+            }
+        }
+        true
+    }
+
+    /// Undoes [`Conn::arm`].
+    pub fn disarm(&self, token: NonZeroU64) {
+        let Some(f) = self.fused.get() else { return };
+        let Some(s) = f.arena.slot(f.slot, f.nonce) else {
+            return;
+        };
+        if let Ok(v) = s.ring(self.dirs().1) {
+            ember_xproc::wake::disarm(v.consumer().waiter(), token);
+        }
+        if let Ok(v) = s.ring(self.dirs().0) {
+            ember_xproc::wake::disarm(v.producer().waiter(), token);
         }
     }
 
     /// Bytes ready to read without blocking (`FIONREAD`), kernel and ring.
     pub fn readable(&self, fd: c_int) -> usize {
-        let rx = lock(&self.rx);
+        self.poke();
+        let mut rx = lock(&self.rx);
+        self.attach_rx(&mut rx);
         let ring = rx
             .cons
             .as_ref()
@@ -679,7 +1081,7 @@ impl Conn {
             }
         }
         let Some(f) = self.fused.get() else { return };
-        let Some(slot) = f.arena.slot(f.slot, self.nonce) else {
+        let Some(slot) = f.arena.slot(f.slot, f.nonce) else {
             return;
         };
         let unread = lock(&self.rx)

@@ -13,8 +13,10 @@ use super::sys;
 use libc::c_int;
 use std::io;
 
-/// Message kinds.
+/// Message kinds: the accepting side's "your slot is here".
 pub const FUSE: u64 = 1;
+/// A reader's "take back what I have not read of the ring, and send it by kernel".
+pub const TAKE_BACK: u64 = 2;
 
 /// A control message: `[kind, nonce, arena id, slot]`.
 pub type Msg = [u64; 4];

@@ -26,6 +26,8 @@
 
 pub mod conn;
 pub mod ctl;
+pub mod epoll;
+pub mod ready;
 pub mod sys;
 pub mod wake;
 
@@ -104,6 +106,26 @@ pub struct Stats {
     pub unfused_peer_closed: AtomicU64,
 }
 
+impl Stats {
+    /// The counters as `name value` pairs on one line.
+    pub fn line(&self) -> String {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "fused {} declined_no_listener {} declined_registry {} declined_arena {} declined_ctl {} bytes_out {} bytes_in {} flow_stops {} unfused_oob {} unfused_peer_closed {}",
+            l(&self.fused),
+            l(&self.declined_no_listener),
+            l(&self.declined_registry),
+            l(&self.declined_arena),
+            l(&self.declined_ctl),
+            l(&self.bytes_out),
+            l(&self.bytes_in),
+            l(&self.flow_stops),
+            l(&self.unfused_oob),
+            l(&self.unfused_peer_closed),
+        )
+    }
+}
+
 /// The arenas this process shares with one other process.
 struct Peer {
     pid: u32,
@@ -127,15 +149,25 @@ pub struct Proc {
 
 static PROC: OnceLock<Option<Proc>> = OnceLock::new();
 
+/// This process has forked since it started fusing: its epoll sets and descriptors
+/// may be shared with a child that knows nothing of connections fused later, so it
+/// fuses no new connection (until the process model keeps fused state across fork).
+pub static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Most arenas a process shares with one peer.
 const MAX_ARENAS_PER_PEER: usize = 16;
 /// Slots per arena.
 const SLOTS: usize = 64;
+/// How long after `accept` a connection keeps looking for its client's candidate.
+pub const CLAIM_WINDOW: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The process's fusion state, made on first use; `None` when fusion is off (the kill
 /// switch, no registry, no control socket) or in a child of the process that made it
 /// (a child of `fork` does not fuse new connections).
 pub fn proc() -> Option<&'static Proc> {
+    if FORKED.load(Ordering::Relaxed) {
+        return None;
+    }
     let p = PROC.get_or_init(start).as_ref()?;
     // SAFETY: getpid has no preconditions.
     (unsafe { libc::getpid() } as u32 == p.pid).then_some(p)
@@ -169,6 +201,33 @@ fn start() -> Option<Proc> {
         waiting: Mutex::new(HashMap::new()),
         stats: Stats::default(),
     };
+    if std::env::var_os("EMBER_XPROC_DEBUG").is_some() {
+        extern "C" fn report() {
+            if let Some(p) = proc_if_active() {
+                let sigs: Vec<String> = SIG_RESTART
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.load(Ordering::Relaxed) != 0)
+                    .map(|(i, v)| format!("{i}:{}", v.load(Ordering::Relaxed)))
+                    .collect();
+                eprintln!(
+                    "ember-xproc[{}]: {} handlers {}",
+                    p.pid,
+                    p.stats.line(),
+                    sigs.join(",")
+                );
+            }
+        }
+        // SAFETY: registers a plain function to run at exit.
+        unsafe { libc::atexit(report) };
+    }
+    // From now on a vfork child must go through fork's hand-over (varargs.c).
+    extern "C" {
+        static mut ember_vfork_needs_fork: libc::c_int;
+    }
+    // SAFETY: a plain int the vfork trampoline reads; written once here, before any
+    // connection is fused.
+    unsafe { std::ptr::addr_of_mut!(ember_vfork_needs_fork).write_volatile(1) };
     // The service thread: it starts here, at the first inet stream socket, not before.
     std::thread::Builder::new()
         .name("ember-xproc".into())
@@ -177,8 +236,16 @@ fn start() -> Option<Proc> {
     Some(p)
 }
 
-/// The service thread: receives control messages until the process ends.
+/// The service thread: receives control messages until the process ends. It blocks
+/// every signal, so that a signal meant for the program goes to one of the program's
+/// threads (which, without the library, would be the only ones).
 fn serve(fd: libc::c_int) {
+    // SAFETY: a full signal set, applied to this thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
     loop {
         match ctl::recv(fd) {
             Ok(Some(m)) => {
@@ -227,8 +294,14 @@ impl Proc {
 
     /// A client's kernel `connect` of `fd` from `local` to `remote` succeeded or is in
     /// progress: publish a candidate if an ember listener is there.
-    pub fn connected(&self, fd: libc::c_int, local: SocketAddr, remote: SocketAddr) {
-        if !is_local(local, remote) || !self.reg.has_listener(remote) {
+    pub fn connected(
+        &self,
+        fd: libc::c_int,
+        local: SocketAddr,
+        remote: SocketAddr,
+        listener: bool,
+    ) {
+        if !is_local(local, remote) || !listener {
             self.stats
                 .declined_no_listener
                 .fetch_add(1, Ordering::Relaxed);
@@ -249,60 +322,96 @@ impl Proc {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(nonce, Arc::downgrade(&c));
+        c.fds.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
         let i = self.insert(c);
         fdtab::set_conn(fd, i);
     }
 
     /// A server's kernel `accept` returned `fd`, connected from `remote` to `local`:
-    /// claim the client's candidate, take a slot and tell the client.
+    /// a connection that claims the client's candidate now or, if the client has not
+    /// published it yet (its `connect` may return after our `accept`), at the next
+    /// calls on it within [`CLAIM_WINDOW`].
     pub fn accepted(&self, fd: libc::c_int, local: SocketAddr, remote: SocketAddr) {
-        let Some(claim) = self.reg.claim_candidate(remote, local, self.pid) else {
+        if !is_local(local, remote) {
             return;
+        }
+        let c = Arc::new(Conn::new(Side::Accepted, 0, self.pid, nonblocking(fd)));
+        c.load_timeouts(fd);
+        *c.claim.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((local, remote, std::time::Instant::now() + CLAIM_WINDOW));
+        c.fds.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+        let i = self.insert(c.clone());
+        fdtab::set_conn(fd, i);
+        c.poke();
+    }
+
+    /// Claims the client's candidate of the connection from `remote` to `local` for
+    /// `c`, takes a slot and tells the client. False if there is no candidate (yet).
+    pub fn claim(&self, c: &Conn, local: SocketAddr, remote: SocketAddr) -> bool {
+        if c.handed_over.load(Ordering::Acquire) {
+            return true;
+        }
+        let Some(claim) = self.reg.claim_candidate(remote, local, self.pid) else {
+            return false;
         };
         let Some(info) = self.reg.lookup_process(claim.client.pid) else {
             self.stats.declined_registry.fetch_add(1, Ordering::Relaxed);
-            return;
+            return true;
         };
         let Some((arena, slot, new_fd)) = self.slot_for(claim.client.pid, claim.nonce) else {
             self.stats.declined_arena.fetch_add(1, Ordering::Relaxed);
-            return;
+            return true;
         };
         let msg = [ctl::FUSE, claim.nonce, arena.id(), slot as u64];
+        let Some(s) = arena.slot(slot, claim.nonce) else {
+            return true;
+        };
+        // Attached (and the slot known to this connection) before the client hears of
+        // it, so a client that writes at once finds us ready to read.
+        s.attach(Side::Accepted);
+        let _ = c.fused.set(conn::Fused {
+            arena: arena.clone(),
+            slot,
+            nonce: claim.nonce,
+            peer_pid: claim.client.pid,
+        });
         let sent = ctl::send(
             self.ctl_fd,
             info.name(),
             &msg,
             new_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         );
-        let Some(s) = arena.slot(slot, claim.nonce) else {
-            return;
-        };
         if sent.is_err() {
-            // The client will never attach: give the slot back.
-            s.release(Side::Connected);
-            s.release(Side::Accepted);
+            // The client will never attach: the connection stays on the kernel, and
+            // the slot goes back when it closes.
             self.stats.declined_ctl.fetch_add(1, Ordering::Relaxed);
-            return;
+            return true;
         }
-        if new_fd.is_some() {
-            // The client has the arena now (or will never attach to this slot, which
-            // then stays on the kernel).
-        }
-        s.attach(Side::Accepted);
-        let c = Arc::new(Conn::new(
-            Side::Accepted,
-            claim.nonce,
-            self.pid,
-            nonblocking(fd),
-        ));
-        c.load_timeouts(fd);
-        let _ = c.fused.set(conn::Fused {
-            arena: arena.clone(),
-            slot,
-        });
-        let i = self.insert(c);
-        fdtab::set_conn(fd, i);
         self.stats.fused.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Asks process `pid` to take back the ring toward us of connection `nonce`.
+    pub fn send_take_back(&self, pid: u32, nonce: u64) {
+        if let Some(info) = self.reg.lookup_process(pid) {
+            let _ = ctl::send(
+                self.ctl_fd,
+                info.name(),
+                &[ctl::TAKE_BACK, nonce, 0, 0],
+                None,
+            );
+        }
+    }
+
+    /// Every connection of this process.
+    pub fn all(&self) -> Vec<Arc<Conn>> {
+        self.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     /// A slot for a connection with the process `pid`: in an arena the two share, or a
@@ -340,7 +449,31 @@ impl Proc {
 
     /// A control message from another process.
     fn on_message(&self, m: ctl::Received) {
-        if m.uid != self.uid || m.msg[0] != ctl::FUSE {
+        if m.uid != self.uid {
+            return;
+        }
+        if m.msg[0] == ctl::TAKE_BACK {
+            // From our peer only: the connection whose slot has this nonce and whose
+            // other end is the sender.
+            let nonce = m.msg[1];
+            let c = self
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .flatten()
+                .find(|c| {
+                    c.fused
+                        .get()
+                        .is_some_and(|f| f.nonce == nonce && f.peer_pid == m.pid)
+                })
+                .cloned();
+            if let Some(c) = c {
+                c.take_back();
+            }
+            return;
+        }
+        if m.msg[0] != ctl::FUSE {
             return;
         }
         let [_, nonce, arena_id, slot] = m.msg;
@@ -397,10 +530,17 @@ impl Proc {
         {
             return;
         }
+        // Handed over to the kernel already (it forked or exec'd before its slot came):
+        // it never attaches, so the server never writes into the ring.
+        if c.handed_over.load(Ordering::Acquire) {
+            return;
+        }
         if c.fused
             .set(conn::Fused {
                 arena: arena.clone(),
                 slot,
+                nonce,
+                peer_pid: m.pid,
             })
             .is_err()
         {
@@ -431,6 +571,33 @@ fn is_local(local: SocketAddr, remote: SocketAddr) -> bool {
 pub fn nonblocking(fd: libc::c_int) -> bool {
     let fl = sys::getfl(fd);
     fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// How each signal's handler wants interrupted calls: 0 no handler (default or
+/// ignored), 1 restarted (`SA_RESTART`), 2 interrupted. Kept by the `sigaction`,
+/// `signal` and `siginterrupt` interposers.
+pub static SIG_RESTART: [std::sync::atomic::AtomicU8; 65] =
+    [const { std::sync::atomic::AtomicU8::new(0) }; 65];
+
+/// Whether a fused call that a signal interrupted restarts, as signal(7) says of
+/// `recv`, `send` and `accept`: never with a timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`);
+/// otherwise if the handlers ask for it. The library cannot tell which signal came, so
+/// it restarts only if every installed handler has `SA_RESTART`.
+/// Synchronous faults (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`) never
+/// interrupt a system call and are left out (Rust's own runtime catches two of them).
+pub fn restarts(timeout: bool) -> bool {
+    const SYNC: [libc::c_int; 5] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+    ];
+    !timeout
+        && SIG_RESTART
+            .iter()
+            .enumerate()
+            .all(|(i, s)| SYNC.contains(&(i as libc::c_int)) || s.load(Ordering::Relaxed) != 2)
 }
 
 /// The fusable connection of `fd`, if it has one (one table lookup when it has not).
@@ -468,8 +635,11 @@ pub fn listening(fd: libc::c_int) {
     };
     let v6only = local.is_ipv6()
         && sys::sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).is_some_and(|v| v != 0);
-    if let Ok(id) = p.reg.add_listener(local, v6only, p.owner) {
-        lock(&LISTENERS).push((local, id));
+    match p.reg.add_listener(local, v6only, p.owner) {
+        Ok(id) => lock(&LISTENERS).push((local, id)),
+        Err(_) => {
+            p.stats.declined_registry.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -498,6 +668,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn closing(fd: libc::c_int, i: usize) {
     let Some(p) = proc_if_active() else { return };
     let Some(c) = p.conn(fd) else { return };
+    c.fds
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&f| f != fd);
     if c.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
         c.closing(fd);
         p.remove(i);
@@ -508,5 +682,19 @@ pub fn closing(fd: libc::c_int, i: usize) {
 pub fn duplicated(fd: libc::c_int) {
     if let Some(c) = conn_of(fd) {
         c.refs.fetch_add(1, Ordering::AcqRel);
+        c.fds.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+    }
+}
+
+/// Before `fork`, `exec`, `posix_spawn` or `system`: every fused connection of this
+/// process is handed over to the kernel ([`Conn::hand_over`]), so that whichever
+/// process or image holds a descriptor afterwards reads and writes every byte by
+/// kernel, in order. (Keeping them fused across these is the process model's work
+/// still to do; until then they stay correct, unfused.)
+pub fn hand_over_all() {
+    if let Some(p) = proc_if_active() {
+        for c in p.all() {
+            c.hand_over();
+        }
     }
 }

@@ -94,6 +94,33 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> 
     })
 }
 
+/// `ppoll` with a signal mask for the sleep.
+pub fn ppoll_mask(
+    fds: &mut [libc::pollfd],
+    timeout: Option<std::time::Duration>,
+    mask: *const libc::sigset_t,
+) -> io::Result<usize> {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is valid for its length; the timespec lives across the call; the
+    // mask is the caller's.
+    ret(unsafe {
+        crate::real::sc!(
+            libc::SYS_ppoll,
+            fds.as_mut_ptr(),
+            fds.len(),
+            tp,
+            mask,
+            8usize
+        )
+    })
+}
+
 /// `getsockname`/`getpeername` as a `SocketAddr`.
 pub fn sock_addr(fd: c_int, peer: bool) -> Option<std::net::SocketAddr> {
     // SAFETY: a zeroed sockaddr_storage and its size as the out-parameters.

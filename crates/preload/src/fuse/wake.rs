@@ -130,6 +130,20 @@ pub fn mine() -> Option<(c_int, NonZeroU64)> {
     })
 }
 
+/// A new wake socket with a token of its own (for an epoll set), or `None`.
+pub fn bound() -> Option<(c_int, NonZeroU64)> {
+    let fd = dgram()?;
+    let token = NonZeroU64::new(sys::random_u64())?;
+    let (a, len) = addr(token.get());
+    // SAFETY: a bind of our own socket to a valid abstract address.
+    let r = unsafe { crate::real::sc!(libc::SYS_bind, fd, &a as *const libc::sockaddr_un, len) };
+    if r != 0 {
+        sys::close(fd);
+        return None;
+    }
+    Some((fd, token))
+}
+
 /// Empties the calling thread's wake socket after a wake-up.
 pub fn drain(fd: c_int) {
     let mut b = [0u8; 16];
