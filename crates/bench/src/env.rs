@@ -42,11 +42,15 @@ pub enum Variant {
     LimitSpin,
     /// memcpy of the stream's writes: the cost of the one copy a stream cannot avoid.
     LimitMemcpy,
+    /// Two processes under `ember run` (the preload library), fused across processes.
+    EmberXproc,
+    /// The same with the library's fusion off (`do_tcp_fusion=0`): its pass-through cost.
+    EmberXprocOff,
 }
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 10] = [
         Variant::EmberFused,
         Variant::EmberLoopback,
         Variant::EmberWire,
@@ -55,6 +59,8 @@ impl Variant {
         Variant::KernelUnix,
         Variant::LimitSpin,
         Variant::LimitMemcpy,
+        Variant::EmberXproc,
+        Variant::EmberXprocOff,
     ];
 
     /// The variant's name in reports and on the command line.
@@ -68,6 +74,8 @@ impl Variant {
             Variant::KernelUnix => "kernel-unix",
             Variant::LimitSpin => "limit-spin",
             Variant::LimitMemcpy => "limit-memcpy",
+            Variant::EmberXproc => "ember-xproc",
+            Variant::EmberXprocOff => "ember-xproc-off",
         }
     }
 
@@ -80,7 +88,12 @@ impl Variant {
     pub fn is_ember(self) -> bool {
         matches!(
             self,
-            Variant::EmberFused | Variant::EmberLoopback | Variant::EmberWire | Variant::EmberTap
+            Variant::EmberFused
+                | Variant::EmberLoopback
+                | Variant::EmberWire
+                | Variant::EmberTap
+                | Variant::EmberXproc
+                | Variant::EmberXprocOff
         )
     }
 
@@ -89,6 +102,13 @@ impl Variant {
         match self {
             // SAFETY: geteuid has no preconditions and cannot fail.
             Variant::EmberTap => ember_runtime::dev::netns::privileged().err(),
+            Variant::EmberXproc | Variant::EmberXprocOff => {
+                crate::benches::xproc::library().is_none().then(|| {
+                    "libember_preload.so is not beside the ember binary (build the workspace: \
+                     cargo build --release) and EMBER_PRELOAD is not set"
+                        .to_string()
+                })
+            }
             _ => None,
         }
     }
@@ -237,6 +257,15 @@ impl Env {
                 return Err(io::Error::new(
                     io::ErrorKind::Unsupported,
                     format!("{} carries no sockets", variant.name()),
+                ));
+            }
+            Variant::EmberXproc | Variant::EmberXprocOff => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "{} runs two processes: only `bench xproc` runs it",
+                        variant.name()
+                    ),
                 ));
             }
         }

@@ -121,6 +121,7 @@ pub const BENCHES: &[&str] = &[
     "starvation",
     "libmicro",
     "scale",
+    "xproc",
 ];
 
 /// Runs one bench by name, or every bench (`all`, always with quick sizes).
@@ -147,6 +148,7 @@ fn run_one(name: &str, o: &Opts) -> io::Result<Report> {
         "scale" => benches::scale::run(o),
         "lsofin" => benches::lsofin::run(o),
         "starvation" => benches::starvation::run(o),
+        "xproc" => benches::xproc::run(o),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("no bench named {name:?}; the benches are {BENCHES:?} and all"),

@@ -217,6 +217,8 @@ fn variant_colour(v: Variant) -> RGBColor {
         Variant::KernelUnix => RGBColor(95, 165, 210),
         Variant::LimitSpin => RGBColor(115, 115, 115),
         Variant::LimitMemcpy => RGBColor(165, 165, 165),
+        Variant::EmberXproc => RGBColor(160, 20, 90),
+        Variant::EmberXprocOff => RGBColor(200, 110, 160),
     }
 }
 

@@ -19,6 +19,7 @@ mod link;
 mod run;
 mod serve;
 mod sim;
+mod xproc_peer;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -62,6 +63,12 @@ enum Cmd {
     /// Run a program with ember's preload library: its TCP connections to other
     /// programs under `ember run` on this host are fused.
     Run(run::RunArgs),
+    /// One of the two processes of `ember bench xproc` (internal).
+    #[command(hide = true, name = "xproc-peer")]
+    XprocPeer {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -85,5 +92,6 @@ fn main() -> ExitCode {
         Cmd::Netstat(a) => ctl::netstat(a),
         Cmd::Ls => ctl::ls(),
         Cmd::Run(a) => run::main(a),
+        Cmd::XprocPeer { args } => xproc_peer::main(args),
     }
 }

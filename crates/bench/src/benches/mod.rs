@@ -11,3 +11,4 @@ pub mod scale;
 pub mod slowreader;
 pub mod starvation;
 pub mod stream;
+pub mod xproc;

@@ -240,6 +240,7 @@ impl Conn {
 
     /// Wakes this process's threads sleeping on the connection.
     pub fn wake_local(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
         for s in &self.sleeping {
             if let Some(t) = NonZeroU64::new(s.load(Ordering::Acquire)) {
                 wake::wake(t);
@@ -885,7 +886,12 @@ impl Conn {
             let path = rx.path;
             drop(rx);
             let check = || {
-                let Some(v) = view.as_ref() else { return false };
+                // No slot when the sleep began: the slot's arrival is a reason to look
+                // again (the service thread sets it, then wakes this thread's token:
+                // whichever of the two sees the other's store, no wake-up is lost).
+                let Some(v) = view.as_ref() else {
+                    return self.fused.get().is_some();
+                };
                 let c = v.consumer();
                 match path {
                     Path::Ring => {
@@ -1001,6 +1007,8 @@ impl Conn {
 
     /// Undoes [`Conn::arm`].
     pub fn disarm(&self, token: NonZeroU64) {
+        let _ =
+            self.sleeping[0].compare_exchange(token.get(), 0, Ordering::AcqRel, Ordering::Relaxed);
         let Some(f) = self.fused.get() else { return };
         let Some(s) = f.arena.slot(f.slot, f.nonce) else {
             return;
