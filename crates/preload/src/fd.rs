@@ -178,7 +178,7 @@ fn forget_closing(fd: c_int) {
         });
     }
     fdtab::forget(fd);
-    if fdtab::active() {
+    if k & fdtab::Kind::EPOLL != 0 {
         crate::fuse::keep_errno(|| fuse::epoll::closed(fd));
     }
 }

@@ -39,6 +39,8 @@ impl Kind {
     pub const INET_STREAM: u32 = 1;
     /// `listen` was called on it.
     pub const LISTENER: u32 = 2;
+    /// An epoll set with a user-level list (`fuse::epoll`).
+    pub const EPOLL: u32 = 4;
 }
 
 type Chunk = [AtomicU32; CHUNK_LEN];

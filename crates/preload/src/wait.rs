@@ -217,7 +217,11 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     ev: *mut epoll_event,
 ) -> c_int {
-    if let Some(c) = fuse::conn_of(fd).filter(|c| c.fused.get().is_some()) {
+    // Fused, or still able to be: a slot that comes after the registration must find
+    // the socket already in the user-level list.
+    if let Some(c) =
+        fuse::conn_of(fd).filter(|c| !c.handed_over.load(std::sync::atomic::Ordering::Acquire))
+    {
         // SAFETY: the caller's event.
         if let Some(r) = unsafe { epoll::ctl(epfd, op, fd, ev, &c) } {
             return ret(r.map(|()| 0));

@@ -126,9 +126,14 @@ pub unsafe fn ctl(
             if let Err(e) = real_ctl(epfd, op, fd, Some(kev)) {
                 return Some(Err(e));
             }
-            let set = all.entry(epfd).or_insert_with(|| Set {
-                entries: HashMap::new(),
-                wake: None,
+            let set = all.entry(epfd).or_insert_with(|| {
+                // Only a descriptor marked so takes the set's lock when it is closed
+                // (closing any other descriptor, even inside this module, never does).
+                crate::fdtab::track(epfd, crate::fdtab::Kind::EPOLL);
+                Set {
+                    entries: HashMap::new(),
+                    wake: None,
+                }
             });
             if set.wake.is_none() {
                 set.wake = set_wake(epfd);

@@ -381,6 +381,11 @@ impl Proc {
             &msg,
             new_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         );
+        // The memfd is the peer's now (or never will be): closed raw, not through the
+        // interposed close, which may take locks this call's caller holds.
+        if let Some(f) = new_fd {
+            sys::close(std::os::fd::IntoRawFd::into_raw_fd(f));
+        }
         if sent.is_err() {
             // The client will never attach: the connection stays on the kernel, and
             // the slot goes back when it closes.

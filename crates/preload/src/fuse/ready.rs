@@ -27,7 +27,9 @@ pub fn fused_among(fds: &[pollfd]) -> Option<Vec<Option<Arc<Conn>>>> {
     let v: Vec<Option<Arc<Conn>>> = fds
         .iter()
         .map(|p| {
-            let c = conn_of(p.fd).filter(|c| c.fused.get().is_some());
+            // Fused, or still able to be (its slot may come while the call waits).
+            let c =
+                conn_of(p.fd).filter(|c| !c.handed_over.load(std::sync::atomic::Ordering::Acquire));
             any |= c.is_some();
             c
         })
