@@ -651,9 +651,19 @@ mod tests {
         }
         idle.teardown(&env);
         for v in VARIANTS {
-            let env = Env::new(*v, &EnvConfig::default()).unwrap();
-            let o = idle_round(&env, 500);
-            let b = o.metrics[0].1;
+            // The figure is a difference of resident sizes: memory the allocator freed
+            // just before (the 300 pairs above, another test's) can take the new
+            // connections without the process growing, and read 0. A round that reads 0
+            // is measured again, at most three times.
+            let mut b = 0.0;
+            for _ in 0..3 {
+                let env = Env::new(*v, &EnvConfig::default()).unwrap();
+                let o = idle_round(&env, 500);
+                b = o.metrics[0].1;
+                if b > 0.0 {
+                    break;
+                }
+            }
             // Not absurdly much (1 MiB per connection); for ember (this process alone,
             // no system-wide noise) something was measured.
             assert!(b < 1048576.0, "{v:?}: {b}");
