@@ -338,17 +338,24 @@ impl Conn {
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
         let mut done = 0;
         loop {
-            let mut rest: Vec<&[u8]> = Vec::with_capacity(bufs.len());
-            let mut skip = done;
-            for b in bufs {
-                if skip >= b.len() {
-                    skip -= b.len();
-                    continue;
+            // The first try takes the caller's buffers as they are (no allocation on
+            // the common path); a blocking write that moved part builds what is left.
+            let r = if done == 0 {
+                self.write_once(fd, bufs, flags)
+            } else {
+                let mut rest: Vec<&[u8]> = Vec::with_capacity(bufs.len());
+                let mut skip = done;
+                for b in bufs {
+                    if skip >= b.len() {
+                        skip -= b.len();
+                        continue;
+                    }
+                    rest.push(&b[skip..]);
+                    skip = 0;
                 }
-                rest.push(&b[skip..]);
-                skip = 0;
-            }
-            match self.write_once(fd, &rest, flags) {
+                self.write_once(fd, &rest, flags)
+            };
+            match r {
                 Ok(n) => {
                     done += n;
                     if nonblock || done >= total || n == 0 {
@@ -696,8 +703,10 @@ impl Conn {
         let waitall = flags & libc::MSG_WAITALL != 0 && flags & libc::MSG_PEEK == 0;
         let mut got = 0;
         loop {
-            // MSG_WAITALL: read on into the rest of the buffers.
-            let r = {
+            // MSG_WAITALL: read on into the rest of the buffers (built only then).
+            let r = if got == 0 {
+                self.read_once(fd, bufs, flags)
+            } else {
                 let mut rest: Vec<&mut [u8]> = Vec::new();
                 let mut skip = got;
                 for b in bufs.iter_mut() {
@@ -708,7 +717,7 @@ impl Conn {
                     rest.push(&mut b[skip..]);
                     skip = 0;
                 }
-                self.read_once(fd, &mut rest, flags, false)
+                self.read_once(fd, &mut rest, flags)
             };
             match r {
                 Ok(0) => return Ok(got),
@@ -718,11 +727,8 @@ impl Conn {
                         return Ok(got);
                     }
                 }
-                Err(e) if got > 0 && e.raw_os_error() != Some(libc::EINTR) => return Ok(got),
-                Err(e) if got > 0 => {
-                    let _ = e;
-                    return Ok(got);
-                }
+                // Bytes already read are the result, whatever stopped the rest.
+                Err(_) if got > 0 => return Ok(got),
                 Err(e) => return Err(e),
             }
         }
@@ -755,13 +761,7 @@ impl Conn {
             .unwrap_or(0)
     }
 
-    fn read_once(
-        &self,
-        fd: c_int,
-        bufs: &mut [&mut [u8]],
-        flags: c_int,
-        partial: bool,
-    ) -> io::Result<usize> {
+    fn read_once(&self, fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) -> io::Result<usize> {
         self.poke();
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let peek = flags & libc::MSG_PEEK != 0;
@@ -829,6 +829,9 @@ impl Conn {
                 } else if peek {
                     let b = bufs.iter_mut().find(|b| !b.is_empty()).expect("total > 0");
                     cons.peek(b)
+                } else if let [b] = bufs {
+                    // One buffer (read, recv): no list to build.
+                    cons.read(b)
                 } else {
                     let mut v: Vec<std::io::IoSliceMut<'_>> = bufs
                         .iter_mut()
@@ -871,7 +874,7 @@ impl Conn {
                     Err(e) => return Err(e),
                 }
             }
-            if nonblock || partial {
+            if nonblock {
                 return Err(errno(libc::EAGAIN));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {

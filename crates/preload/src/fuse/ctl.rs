@@ -51,7 +51,7 @@ pub fn bind() -> io::Result<(c_int, Vec<u8>)> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     let name = format!("ember-ctl/{pid}/{:016x}", sys::random_u64()).into_bytes();
-    let (a, len) = addr(&name);
+    let (a, len) = sys::abstract_addr(&name);
     // SAFETY: binds our socket to a valid abstract address.
     if unsafe { crate::real::sc!(libc::SYS_bind, fd, &a as *const libc::sockaddr_un, len) } != 0 {
         let e = io::Error::last_os_error();
@@ -61,22 +61,10 @@ pub fn bind() -> io::Result<(c_int, Vec<u8>)> {
     Ok((fd, name))
 }
 
-fn addr(name: &[u8]) -> (libc::sockaddr_un, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_un is valid.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let n = name.len().min(a.sun_path.len() - 1);
-    for (d, s) in a.sun_path[1..].iter_mut().zip(&name[..n]) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
-    (a, len as libc::socklen_t)
-}
-
 /// Sends `msg` (and `fd`, if any) to the control socket named `to`, from `from` (any
 /// datagram socket of ours). Never blocks: a full queue is an error.
 pub fn send(from: c_int, to: &[u8], msg: &Msg, fd: Option<c_int>) -> io::Result<()> {
-    let (a, alen) = addr(to);
+    let (a, alen) = sys::abstract_addr(to);
     let mut bytes = [0u8; 32];
     for (i, w) in msg.iter().enumerate() {
         bytes[8 * i..8 * i + 8].copy_from_slice(&w.to_ne_bytes());

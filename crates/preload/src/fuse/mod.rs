@@ -132,6 +132,21 @@ struct Peer {
     arenas: Vec<Arc<Arena>>,
 }
 
+/// The arenas shared with process `pid`, made empty if there are none yet.
+fn peer_of(peers: &mut Vec<Peer>, pid: u32) -> &mut Peer {
+    let i = match peers.iter().position(|p| p.pid == pid) {
+        Some(i) => i,
+        None => {
+            peers.push(Peer {
+                pid,
+                arenas: Vec::new(),
+            });
+            peers.len() - 1
+        }
+    };
+    &mut peers[i]
+}
+
 /// The process's fusion state.
 pub struct Proc {
     pub pid: u32,
@@ -427,16 +442,7 @@ impl Proc {
         nonce: u64,
     ) -> Option<(Arc<Arena>, usize, Option<std::os::fd::OwnedFd>)> {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        let peer = match peers.iter().position(|p| p.pid == pid) {
-            Some(i) => &mut peers[i],
-            None => {
-                peers.push(Peer {
-                    pid,
-                    arenas: Vec::new(),
-                });
-                peers.last_mut()?
-            }
-        };
+        let peer = peer_of(&mut peers, pid);
         for a in &peer.arenas {
             if let Some(s) = a.alloc(nonce) {
                 return Some((a.clone(), s, None));
@@ -501,17 +507,7 @@ impl Proc {
         self.reg.release_candidate(cand);
         let arena = {
             let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-            let pi = match peers.iter().position(|p| p.pid == m.pid) {
-                Some(i) => i,
-                None => {
-                    peers.push(Peer {
-                        pid: m.pid,
-                        arenas: Vec::new(),
-                    });
-                    peers.len() - 1
-                }
-            };
-            let peer = &mut peers[pi];
+            let peer = peer_of(&mut peers, m.pid);
             match peer.arenas.iter().find(|a| a.id() == arena_id) {
                 Some(a) => a.clone(),
                 None => {

@@ -11,7 +11,7 @@
 //! table lookup per descriptor and goes to the kernel unchanged.
 
 use super::conn::{Conn, Ready};
-use super::{conn_of, wake};
+use super::{conn_of, sys, wake};
 use libc::{c_int, pollfd};
 use std::io;
 use std::sync::Arc;
@@ -52,37 +52,6 @@ pub fn merge(events: i16, kernel: i16, r: &Ready) -> i16 {
     rev & (events | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)
 }
 
-fn raw_ppoll(
-    fds: &mut [pollfd],
-    timeout: Option<Duration>,
-    mask: *const libc::sigset_t,
-) -> io::Result<usize> {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let tp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` is valid for its length; the timespec lives across the call; the
-    // mask is the caller's (or null).
-    let r = unsafe {
-        crate::real::sc!(
-            libc::SYS_ppoll,
-            fds.as_mut_ptr(),
-            fds.len(),
-            tp,
-            mask,
-            8usize
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
 /// `ppoll(fds, timeout, mask)` with `conns[i]` the fused connection of `fds[i]`.
 pub fn poll(
     fds: &mut [pollfd],
@@ -110,7 +79,7 @@ pub fn poll(
         for p in &mut k {
             p.revents = 0;
         }
-        raw_ppoll(&mut k, Some(Duration::ZERO), std::ptr::null())?;
+        sys::ppoll_mask(&mut k, Some(Duration::ZERO), std::ptr::null())?;
         let n = collect(fds, &k, conns);
         if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(n);
@@ -144,7 +113,7 @@ pub fn poll(
                 (None, None) => Some(Duration::from_millis(10)),
                 (None, Some(_)) => None,
             };
-            r = raw_ppoll(&mut all, left, mask);
+            r = sys::ppoll_mask(&mut all, left, mask);
             if let Some((wfd, _)) = me {
                 if all.last().is_some_and(|p| p.revents != 0) {
                     wake::drain(wfd);

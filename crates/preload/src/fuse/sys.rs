@@ -73,28 +73,10 @@ pub fn getfl(fd: c_int) -> c_int {
 
 /// `ppoll` on `fds` for at most `timeout` (None: forever); EINTR is returned.
 pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<std::time::Duration>) -> io::Result<usize> {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let tp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` is valid for its length; the timespec lives across the call; no
-    // signal mask.
-    ret(unsafe {
-        crate::real::sc!(
-            libc::SYS_ppoll,
-            fds.as_mut_ptr(),
-            fds.len(),
-            tp,
-            0usize,
-            8usize
-        )
-    })
+    ppoll_mask(fds, timeout, std::ptr::null())
 }
 
-/// `ppoll` with a signal mask for the sleep.
+/// `ppoll` with a signal mask for the sleep (null: the thread's own).
 pub fn ppoll_mask(
     fds: &mut [libc::pollfd],
     timeout: Option<std::time::Duration>,
@@ -108,7 +90,7 @@ pub fn ppoll_mask(
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `fds` is valid for its length; the timespec lives across the call; the
-    // mask is the caller's.
+    // mask is the caller's (or null: none).
     ret(unsafe {
         crate::real::sc!(
             libc::SYS_ppoll,
@@ -119,6 +101,20 @@ pub fn ppoll_mask(
             8usize
         )
     })
+}
+
+/// An abstract `AF_UNIX` address (`sun_path[0]` is 0) for `name` (cut to fit), and its
+/// length.
+pub fn abstract_addr(name: &[u8]) -> (libc::sockaddr_un, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_un is valid.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let n = name.len().min(a.sun_path.len() - 1);
+    for (d, s) in a.sun_path[1..].iter_mut().zip(&name[..n]) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
+    (a, len as libc::socklen_t)
 }
 
 /// `getsockname`/`getpeername` as a `SocketAddr`.

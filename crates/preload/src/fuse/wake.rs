@@ -28,16 +28,7 @@ use std::sync::OnceLock;
 static SENDER: OnceLock<c_int> = OnceLock::new();
 
 fn addr(token: u64) -> (libc::sockaddr_un, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_un is valid.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let name = format!("ember-wake/{token:016x}");
-    // sun_path[0] stays 0: the abstract namespace.
-    for (d, s) in a.sun_path[1..].iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-    (a, len as libc::socklen_t)
+    sys::abstract_addr(format!("ember-wake/{token:016x}").as_bytes())
 }
 
 fn dgram() -> Option<c_int> {
@@ -110,17 +101,7 @@ pub fn mine() -> Option<(c_int, NonZeroU64)> {
         let c = match cur {
             Some(c) => c,
             None => {
-                let fd = dgram()?;
-                let token = NonZeroU64::new(sys::random_u64())?;
-                let (a, len) = addr(token.get());
-                // SAFETY: a bind of our own socket to a valid abstract address.
-                let r = unsafe {
-                    crate::real::sc!(libc::SYS_bind, fd, &a as *const libc::sockaddr_un, len)
-                };
-                if r != 0 {
-                    sys::close(fd);
-                    return None;
-                }
+                let (fd, token) = bound()?;
                 Mine { pid, fd, token }
             }
         };
@@ -130,7 +111,7 @@ pub fn mine() -> Option<(c_int, NonZeroU64)> {
     })
 }
 
-/// A new wake socket with a token of its own (for an epoll set), or `None`.
+/// A new wake socket with a token of its own (a thread's, an epoll set's), or `None`.
 pub fn bound() -> Option<(c_int, NonZeroU64)> {
     let fd = dgram()?;
     let token = NonZeroU64::new(sys::random_u64())?;
